@@ -1,0 +1,3 @@
+from lockrun.cli import main
+
+main()

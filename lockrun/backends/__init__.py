@@ -1,0 +1,97 @@
+"""The lock backend protocol and the values that cross it.
+
+A backend hands out leases: ``acquire`` returns a :class:`Lease` or, when the
+lock is taken, the :class:`Holder` that has it. ``renew`` and ``release``
+compare the owner token first, so a lease that was lost (expired, stolen,
+cleared) is never extended or deleted by its former owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    token: str  # random owner token, new for every run
+    fencing_token: int  # strictly increases with every acquisition of the name
+    ttl: float  # seconds
+    sent_at: float  # time.monotonic() just before the acquire was sent: the lease starts no later
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lock, as recorded in the backend (contract §7)."""
+
+    name: str
+    token: str | None = None
+    run_id: str | None = None
+    host: str | None = None
+    boot_id: str | None = None
+    pid: int | None = None
+    pid_start: int | None = None
+    child_pid: int | None = None
+    command: list[str] = field(default_factory=list)
+    started_at: str | None = None
+    heartbeat_at: str | None = None
+    ttl_ms: int | None = None
+    ttl_remaining_s: float | None = None  # None: no expiry (or unknown)
+    fencing_token: int | None = None
+
+    def describe(self) -> str:
+        """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""
+        who = f"{self.host or '?'}:{self.pid if self.pid is not None else '?'}"
+        extra = []
+        if self.run_id:
+            extra.append(f"run {self.run_id[:8]}")
+        if self.started_at:
+            extra.append(f"since {self.started_at}")
+        if self.ttl_remaining_s is not None:
+            extra.append(f"expires in {self.ttl_remaining_s:.1f}s")
+        return f"{who} ({', '.join(extra)})" if extra else who
+
+
+class Backend(Protocol):
+    name: str  # "redis" or "local"
+
+    def acquire(self, name: str, token: str, ttl: float, info: dict[str, str]) -> Lease | Holder:
+        """Take the lock if it is free; else say who holds it. One round trip."""
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
+        """Reset the lease to its full TTL if we still own it. False: the lease is gone."""
+
+    def release(self, lease: Lease) -> bool:
+        """Delete the lock if we still own it and wake one waiter. False: it was not ours."""
+
+    def wait_for_release(self, name: str, timeout: float) -> None:
+        """Block until a release of ``name`` is announced or ``timeout`` passes."""
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        """The held locks (all, or the named ones that are held)."""
+
+    def close(self) -> None: ...
+
+
+def call_timeout_for(ttl: float) -> float:
+    """The bound on one backend call: a fifth of the lease, between 50 ms and 5 s.
+
+    A renewal that hangs longer than that must leave time for a retry and for
+    stopping the command before the lease can expire.
+    """
+    return min(5.0, max(0.05, ttl / 5.0))
+
+
+def open_backend(redis_url: str | None, prefix: str, timeout: float) -> Backend:
+    """The backend for these settings. Redis is imported only when it is used."""
+    if not redis_url:
+        from lockrun.errors import ConfigError
+
+        raise ConfigError(
+            "no Redis URL configured: set LOCKRUN_REDIS_URL, pass --redis-url, or put redis_url"
+            " in the config file (the local backend is not available yet)"
+        )
+    from lockrun.backends.redis import RedisBackend
+
+    return RedisBackend(redis_url, prefix, timeout)

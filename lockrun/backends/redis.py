@@ -1,0 +1,272 @@
+"""The Redis backend: one Lua script per operation, every call bounded in time.
+
+Keys (contract §7) are hash-tagged with ``{NAME}`` so that every key of one lock
+lives in one Redis Cluster slot and a script may touch all of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from dataclasses import dataclass
+
+import redis
+from redis.backoff import NoBackoff
+from redis.connection import AbstractConnection, ConnectionPool, parse_url
+from redis.retry import Retry
+
+from lockrun.backends import Holder, Lease
+from lockrun.errors import BackendUnavailable, UsageError
+from lockrun.settings import redact_url
+
+# Take the lock, bump the fence and describe the holder, all or nothing.
+# KEYS: lock, info, fence. ARGV: token, ttl_ms, then info field/value pairs.
+# Returns {1, fence} when taken, else {0, pttl, info-hash-as-flat-list}.
+ACQUIRE_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('INCR', KEYS[3])
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 3))
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
+# Reset (never add to) the lease if the token is still ours; record the heartbeat.
+# KEYS: lock, info. ARGV: token, ttl_ms, heartbeat_at, child_pid. Returns 1 renewed, 0 lost.
+RENEW_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('HSET', KEYS[2], 'heartbeat_at', ARGV[3], 'child_pid', ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# Compare-and-delete, then wake one waiter (BLPOP) through a short-lived list.
+# KEYS: lock, info, wake. ARGV: token, wake_ttl_ms. Returns 1 released, 0 not ours.
+RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('LPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], 0, 63)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+WAKE_TTL_MS = 5000
+SCAN_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    lock: str
+    info: str
+    fence: str
+    wake: str
+
+
+def lock_keys(prefix: str, name: str) -> LockKeys:
+    """Every Redis key of one lock, built in this one place."""
+    base = f"{prefix}{{{name}}}"
+    return LockKeys(lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _no_client_setinfo() -> dict:
+    """Skip CLIENT SETINFO on connect: two fewer round trips before the first real command."""
+    params = inspect.signature(AbstractConnection.__init__).parameters
+    if "driver_info" in params:
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
+
+
+def _connection_pool(url: str, timeout: float) -> ConnectionPool:
+    # Build the pool from parse_url ourselves: ConnectionPool.from_url lets a
+    # ?socket_timeout= in the URL win over our bound, and an unbounded call
+    # against a paused Redis would let the command outlive its lease.
+    options = parse_url(url)
+    options.update(
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # retries are the keeper's business, within the lease
+        health_check_interval=0,
+        **_no_client_setinfo(),
+    )
+    options.pop("retry_on_timeout", None)
+    return ConnectionPool(**options)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None) -> Holder:
+    """A Holder from the info hash (bytes keys/values) and the lock's PTTL in ms."""
+    info = {_text(k): _text(v) for k, v in fields.items()}
+    try:
+        command = json.loads(info.get("command", "[]"))
+    except ValueError:
+        command = []
+    return Holder(
+        name=name,
+        token=_text(token) if token is not None else info.get("token"),
+        run_id=info.get("run_id"),
+        host=info.get("host"),
+        boot_id=info.get("boot_id"),
+        pid=_int_or_none(info.get("pid")),
+        pid_start=_int_or_none(info.get("pid_start")),
+        child_pid=_int_or_none(info.get("child_pid")),
+        command=command if isinstance(command, list) else [],
+        started_at=info.get("started_at"),
+        heartbeat_at=info.get("heartbeat_at"),
+        ttl_ms=_int_or_none(info.get("ttl_ms")),
+        ttl_remaining_s=(pttl / 1000.0) if pttl is not None and pttl >= 0 else None,
+        fencing_token=_int_or_none(info.get("fencing_token")),
+    )
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(self, url: str, prefix: str, timeout: float) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.timeout = timeout
+        self._redacted = redact_url(url)
+        try:
+            self._password = parse_url(url).get("password")
+            self._client = redis.Redis(connection_pool=_connection_pool(url, timeout))
+        except ValueError as exc:
+            raise UsageError(f"invalid Redis URL {self._redacted!r}: {exc}") from None
+        self._waiter: redis.Redis | None = None
+
+    # -- error mapping -------------------------------------------------------------
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+        reason = str(exc) or type(exc).__name__
+        if self._password:
+            reason = reason.replace(self._password, "***")
+        return BackendUnavailable(f"Redis at {self._redacted} is unavailable: {reason}")
+
+    def _eval(self, script: str, keys: list[str], args: list) -> object:
+        # EVAL (not EVALSHA + load) keeps every operation at exactly one round trip,
+        # even on a Redis that just restarted with an empty script cache.
+        try:
+            return self._client.eval(script, len(keys), *keys, *args)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+
+    # -- lease operations -----------------------------------------------------------
+
+    def ping(self) -> None:
+        try:
+            self._client.ping()
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+
+    def acquire(self, name: str, token: str, ttl: float, info: dict[str, str]) -> Lease | Holder:
+        keys = lock_keys(self.prefix, name)
+        ttl_ms = max(1, int(ttl * 1000))
+        pairs: list[str] = []
+        for key, value in info.items():
+            pairs += [key, value]
+        sent_at = time.monotonic()
+        reply = self._eval(ACQUIRE_SCRIPT, [keys.lock, keys.info, keys.fence], [token, ttl_ms, *pairs])
+        if int(reply[0]) == 1:
+            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at)
+        flat = reply[2] or []
+        fields = dict(zip(flat[0::2], flat[1::2]))
+        return holder_from_hash(name, fields, _int_or_none(reply[1]))
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
+        keys = lock_keys(self.prefix, lease.name)
+        ttl_ms = max(1, int(lease.ttl * 1000))
+        reply = self._eval(
+            RENEW_SCRIPT, [keys.lock, keys.info], [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
+        )
+        return int(reply) == 1
+
+    def release(self, lease: Lease) -> bool:
+        keys = lock_keys(self.prefix, lease.name)
+        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [lease.token, WAKE_TTL_MS])
+        return int(reply) == 1
+
+    def wait_for_release(self, name: str, timeout: float) -> None:
+        """BLPOP the wake list; a release pushes to it, so one waiter wakes at once.
+
+        Waits at most a second per call: callers poll again after it, which is how
+        a crashed holder's expired lease is noticed (nobody pushes for it).
+        """
+        timeout = min(timeout, 1.0)
+        if timeout < 0.01:  # BLPOP rounds to milliseconds, and 0 would block forever
+            return
+        if self._waiter is None:
+            # A client of its own: its read timeout must outlast the BLPOP timeout.
+            self._waiter = redis.Redis(connection_pool=_connection_pool(self.url, self.timeout + 1.0))
+        try:
+            self._waiter.blpop([lock_keys(self.prefix, name).wake], timeout=timeout)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+
+    # -- inspection -----------------------------------------------------------------
+
+    def lock_names(self) -> list[str]:
+        """Names of every held lock, by SCAN (never KEYS)."""
+        head = f"{self.prefix}{{"
+        tail = "}:lock"
+        pattern = _glob_escape(self.prefix) + "{*}:lock"
+        names = set()
+        try:
+            for key in self._client.scan_iter(match=pattern, count=SCAN_BATCH):
+                key = _text(key)
+                if key.startswith(head) and key.endswith(tail):
+                    names.add(key[len(head) : -len(tail)])
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+        return sorted(names)
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        names = self.lock_names() if names is None else list(names)
+        found: list[Holder] = []
+        try:
+            for start in range(0, len(names), SCAN_BATCH):
+                batch = names[start : start + SCAN_BATCH]
+                pipe = self._client.pipeline(transaction=False)
+                for name in batch:
+                    keys = lock_keys(self.prefix, name)
+                    pipe.get(keys.lock)
+                    pipe.pttl(keys.lock)
+                    pipe.hgetall(keys.info)
+                replies = pipe.execute()
+                for i, name in enumerate(batch):
+                    token, pttl, fields = replies[3 * i : 3 * i + 3]
+                    if token is not None:
+                        found.append(holder_from_hash(name, fields or {}, _int_or_none(pttl), token=token))
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+        return found
+
+    def close(self) -> None:
+        for client in (self._client, self._waiter):
+            if client is not None:
+                try:
+                    client.close()
+                    client.connection_pool.disconnect()
+                except redis.RedisError:
+                    pass

@@ -1,0 +1,76 @@
+"""Exit codes and the small named exceptions that library modules raise.
+
+Only ``cli.py`` turns these into messages and exit codes; everything below it
+raises and lets the caller decide.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """lockrun's own exit codes (contract §3). The command's code passes through."""
+
+    OK = 0
+    USAGE = 2
+    UNAVAILABLE = 69  # the lock backend cannot be reached
+    BUSY = 75  # default; changeable with -E
+    LOST = 76  # the lease was lost and the command was terminated
+    CONFIG = 78  # bad configuration file
+    TIMEOUT = 124  # --timeout expired and the command was stopped
+    INTERNAL = 125  # lockrun itself failed
+    NOT_EXECUTABLE = 126
+    NOT_FOUND = 127
+    SIGNAL_BASE = 128  # 128 + N: the command was killed by signal N
+
+
+#: One line per code for the README, the man page and ``--help``; same source.
+EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
+    ("the command's own", "the command exited", "yes"),
+    ("128+N", "the command was killed by signal N", "yes"),
+    ("2", "usage error: bad flag, value, name or missing command", "no"),
+    ("69", "the lock backend is unreachable (connect, auth or first command failed)", "no"),
+    ("75", "lock busy (changeable with -E)", "no"),
+    ("76", "the lease was lost and the command was terminated (--on-lost terminate)", "stopped"),
+    ("78", "bad configuration (file, or no Redis URL configured)", "no"),
+    ("124", "--timeout expired and the command was stopped", "stopped"),
+    ("125", "lockrun itself failed", "maybe"),
+    ("126 / 127", "the command is not executable / not found", "no"),
+]
+
+
+class LockrunError(Exception):
+    """Base of every error lockrun reports as one line and an exit code."""
+
+    exit_code: int = ExitCode.INTERNAL
+
+
+class UsageError(LockrunError):
+    """A bad flag, value, lock name or URL given by the user."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(LockrunError):
+    """A configuration file that cannot be used, or a missing required setting."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class BackendUnavailable(LockrunError):
+    """The lock backend could not be reached or refused us (auth, timeout, I/O)."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class CommandNotRunnable(LockrunError):
+    """The command could not be executed: not found (127) or not executable (126)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class LedgerError(Exception):
+    """The ledger could not be opened or written. Never fatal for ``run``."""

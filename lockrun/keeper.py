@@ -1,0 +1,128 @@
+"""The keeper: a thread that renews the lease every TTL/3 and owns its deadline.
+
+All times are on the monotonic clock. The deadline is measured from the moment
+the last *successful* renewal was *sent* (the server reset the TTL no earlier
+than that), plus the TTL. The keeper never decides alone that the command may
+keep running: the supervisor loop asks :meth:`Keeper.must_stop_at` and stops the
+command itself when that moment passes, so a keeper thread that hangs or dies
+still ends in a lost lease, never in a command that outlives it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+from lockrun.backends import Backend, Lease
+from lockrun.errors import BackendUnavailable
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def safety_margin(ttl: float) -> float:
+    """Time kept free before a lease expires: max(50 ms, 2 % of the TTL)."""
+    return max(0.05, 0.02 * ttl)
+
+
+class Keeper:
+    def __init__(
+        self,
+        backend: Backend,
+        lease: Lease,
+        *,
+        stop_grace: float,
+        call_timeout: float,
+        wake: Callable[[], None],
+        child_pid: Callable[[], int | None],
+    ) -> None:
+        self.backend = backend
+        self.lease = lease
+        self.interval = lease.ttl / 3.0
+        self.margin = safety_margin(lease.ttl)
+        # How long before the deadline the command must be told to stop, so that
+        # TERM, the grace and KILL all fit before the lease can expire.
+        self.stop_grace = min(stop_grace, lease.ttl / 4.0)
+        self.retry_delay = max(0.05, min(1.0, lease.ttl / 10.0))
+        self.call_timeout = call_timeout
+        self._wake = wake
+        self._child_pid = child_pid
+        self._lock = threading.Lock()
+        self._last_ok_sent = lease.sent_at
+        self._last_error: str | None = None
+        self._lost_reason: str | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lockrun-keeper", daemon=True)
+        self.renewals = 0
+
+    # -- what the supervisor loop reads -----------------------------------------------
+
+    @property
+    def expires_at(self) -> float:
+        """When the lease we last renewed could expire (monotonic)."""
+        with self._lock:
+            return self._last_ok_sent + self.lease.ttl
+
+    @property
+    def must_stop_at(self) -> float:
+        """After this moment, without a newer renewal, the command must be stopped."""
+        return self.expires_at - self.margin - self.stop_grace
+
+    @property
+    def lost_reason(self) -> str | None:
+        with self._lock:
+            return self._lost_reason
+
+    @property
+    def last_error(self) -> str | None:
+        with self._lock:
+            return self._last_error
+
+    def kill_deadline(self) -> float:
+        """The latest moment for SIGKILL: the lease's expiry minus the safety margin."""
+        return self.expires_at - self.margin
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing; waits for an in-flight call, which is bounded by its timeout."""
+        self._stopped.set()
+        self._thread.join(self.call_timeout + 1.0)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a dying keeper is a lost lease, never a silent one
+            self._mark_lost(f"the lease keeper failed: {exc!r}")
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if self._lost_reason is None:
+                self._lost_reason = reason
+        self._wake()
+
+    def _loop(self) -> None:
+        next_at = self._last_ok_sent + self.interval
+        while not self._stopped.wait(max(0.0, next_at - time.monotonic())):
+            sent = time.monotonic()
+            try:
+                still_ours = self.backend.renew(self.lease, utc_now_iso(), self._child_pid())
+            except BackendUnavailable as exc:
+                with self._lock:
+                    self._last_error = str(exc)
+                next_at = time.monotonic() + self.retry_delay
+                continue
+            if not still_ours:
+                self._mark_lost("the lock was taken over or cleared (its token no longer matches)")
+                return
+            with self._lock:
+                self._last_ok_sent = sent
+                self._last_error = None
+                self.renewals += 1
+            next_at = sent + self.interval

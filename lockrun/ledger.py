@@ -1,0 +1,270 @@
+"""The run ledger: one SQLite row per run, written before the command starts.
+
+WAL mode and a busy timeout let many lockrun processes on one host write at
+once; every write is a single autocommit statement, so no transaction ever has
+to upgrade from reading to writing (the case where SQLite gives up with
+"database is locked" instead of waiting).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockrun import host as this_host
+from lockrun.errors import LedgerError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 15000
+
+STATUSES = (
+    "running",
+    "succeeded",
+    "failed",
+    "busy",
+    "duplicate",
+    "timeout",
+    "lost",
+    "killed",
+    "unavailable",
+    "error",
+    "unlocked",
+    "abandoned",
+)
+
+_MIGRATIONS = {
+    1: """
+        CREATE TABLE IF NOT EXISTS runs (
+            run_id        TEXT PRIMARY KEY,
+            name          TEXT NOT NULL,
+            status        TEXT NOT NULL,
+            exit_code     INTEGER,
+            signal        INTEGER,
+            host          TEXT NOT NULL,
+            pid           INTEGER NOT NULL,
+            pid_start     INTEGER,
+            boot_id       TEXT,
+            command       TEXT NOT NULL,
+            backend       TEXT NOT NULL,
+            started_at    TEXT NOT NULL,
+            ended_at      TEXT,
+            duration_s    REAL,
+            fencing_token INTEGER,
+            once_key      TEXT,
+            error         TEXT,
+            note          TEXT
+        );
+        CREATE INDEX IF NOT EXISTS runs_name_started ON runs (name, started_at);
+        CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
+        CREATE INDEX IF NOT EXISTS runs_status ON runs (status);
+    """,
+}
+
+# The columns of ``history --json`` (contract §8), in order.
+PUBLIC_FIELDS = (
+    "run_id",
+    "name",
+    "status",
+    "exit_code",
+    "signal",
+    "host",
+    "pid",
+    "command",
+    "backend",
+    "started_at",
+    "ended_at",
+    "duration_s",
+    "fencing_token",
+    "once_key",
+    "error",
+    "note",
+)
+_SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
+
+
+@dataclass
+class RunRecord:
+    """A run as the ledger stores it; ``finish`` fills in the outcome."""
+
+    run_id: str
+    name: str
+    command: list[str]
+    backend: str
+    started_at: str
+    status: str = "running"
+    host: str = field(default_factory=this_host.hostname)
+    pid: int = field(default_factory=os.getpid)
+    pid_start: int | None = None
+    boot_id: str = field(default_factory=this_host.boot_id)
+    once_key: str | None = None
+    fencing_token: int | None = None
+
+
+def _row_to_dict(row: sqlite3.Row) -> dict:
+    item = {key: row[key] for key in PUBLIC_FIELDS}
+    try:
+        item["command"] = json.loads(item["command"])
+    except (TypeError, ValueError):
+        item["command"] = [item["command"]] if item["command"] else []
+    if item["status"] == "running" and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
+        item["status"] = "abandoned"  # its lockrun process is gone: it will never finish
+    return item
+
+
+class Ledger:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+
+    # -- opening ----------------------------------------------------------------------
+
+    def open(self, create: bool = True) -> Ledger:
+        """Open (and with ``create`` make) the database; raise LedgerError if it cannot."""
+        try:
+            if create:
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            elif not self.path.exists():
+                raise LedgerError(f"ledger {self.path} does not exist yet")
+            db = sqlite3.connect(
+                str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db = db
+            self._retry_locked(self._setup)
+        except (OSError, sqlite3.Error) as exc:
+            self.close()
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        return self
+
+    def _retry_locked(self, action):
+        # Switching to WAL or creating the schema takes an exclusive lock for which
+        # SQLite does not always call the busy handler; when forty processes start
+        # on a fresh ledger, some must simply try again.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _setup(self) -> None:
+        db = self._db
+        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                # Statement by statement: executescript() would COMMIT our IMMEDIATE transaction.
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {target}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _write(self, sql: str, params: tuple) -> None:
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        try:
+            self._retry_locked(lambda: self._db.execute(sql, params))
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    # -- writes -------------------------------------------------------------------------
+
+    def start(self, run: RunRecord) -> None:
+        self._write(
+            "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
+            " started_at, once_key, fencing_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.run_id,
+                run.name,
+                run.status,
+                run.host,
+                run.pid,
+                run.pid_start,
+                run.boot_id,
+                json.dumps(run.command),
+                run.backend,
+                run.started_at,
+                run.once_key,
+                run.fencing_token,
+            ),
+        )
+
+    def finish(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        ended_at: str,
+        duration_s: float | None,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        fencing_token: int | None = None,
+        error: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        self._write(
+            "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
+            " fencing_token = COALESCE(?, fencing_token), error = ?, note = ? WHERE run_id = ?",
+            (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, run_id),
+        )
+
+    def set_fencing_token(self, run_id: str, fencing_token: int) -> None:
+        self._write("UPDATE runs SET fencing_token = ? WHERE run_id = ?", (fencing_token, run_id))
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: tuple) -> list[dict]:
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        try:
+            return [_row_to_dict(row) for row in self._db.execute(sql, params)]
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    def history(
+        self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None
+    ) -> list[dict]:
+        """Newest first. ``since`` is an ISO timestamp; ``abandoned`` is derived, so it is filtered here."""
+        where, params = [], []
+        if name is not None:
+            where.append("name = ?")
+            params.append(name)
+        if since is not None:
+            where.append("started_at >= ?")
+            params.append(since)
+        derived = status in ("running", "abandoned")
+        if status is not None:
+            where.append("status = ?")
+            params.append("running" if derived else status)
+        sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC"
+        if derived:  # few rows are ever running: read them all, then keep the ones asked for
+            rows = [row for row in self._query(sql, tuple(params)) if row["status"] == status]
+            return rows[:limit]
+        return self._query(sql + " LIMIT ?", (*params, limit))
+
+    def last_finished(self, name: str) -> dict | None:
+        rows = self._query(
+            _SELECT + " WHERE name = ? AND status != 'running' ORDER BY started_at DESC LIMIT 1", (name,)
+        )
+        return rows[0] if rows else None

@@ -1,0 +1,319 @@
+"""One ``lockrun run``, start to finish.
+
+    ledger row "running" -> acquire (or wait) -> spawn -> keeper renews
+      -> wait for: child exit | lease lost | --timeout | kill due
+      -> stop keeper -> release (compare-and-delete, wake a waiter) -> ledger row final
+
+The order matters: the ledger row exists before anything can fail quietly, and
+the lock is released only after the command's whole process group is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from lockrun import host
+from lockrun.backends import Backend, Holder, Lease, call_timeout_for
+from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
+from lockrun.keeper import Keeper, utc_now_iso
+from lockrun.ledger import Ledger, RunRecord
+from lockrun.supervisor import ChildExit, Supervisor, check_runnable
+
+#: report(level, message) with level "info" (only with -v), "warn" or "error".
+Report = Callable[[str, str], None]
+
+RELEASE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    argv: list[str]
+    name: str
+    ttl: float
+    wait: float = 0.0
+    timeout: float | None = None
+    kill_after: float = 10.0
+    on_lost: str = "terminate"  # or "continue"
+    busy_exit_code: int = ExitCode.BUSY
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    status: str
+    command_exit: int | None = None
+    signal: int | None = None
+    fencing_token: int | None = None
+    error: str | None = None
+    note: str | None = None
+
+
+class Run:
+    def __init__(
+        self,
+        options: RunOptions,
+        *,
+        backend_factory: Callable[[float], Backend],
+        ledger_path,
+        backend_name: str,
+        report: Report,
+    ) -> None:
+        self.options = options
+        self.backend_factory = backend_factory
+        self.ledger_path = ledger_path
+        self.backend_name = backend_name
+        self.report = report
+        self.run_id = uuid.uuid4().hex
+        self.token = secrets.token_hex(16)  # 128 random bits, never reused
+        self.ledger: Ledger | None = None
+        self.started_wall = utc_now_iso()
+        self.started_mono = time.monotonic()
+
+    # -- ledger (best effort: a broken ledger never stops the command) ------------------
+
+    def _ledger_call(self, action: str, fn) -> None:
+        if self.ledger is None:
+            return
+        try:
+            fn(self.ledger)
+        except LedgerError as exc:
+            self.report("warn", f"cannot {action} the run ledger ({exc}); the command runs regardless")
+            self.ledger.close()
+            self.ledger = None
+
+    def _open_ledger(self) -> None:
+        try:
+            self.ledger = Ledger(self.ledger_path).open()
+        except LedgerError as exc:
+            self.report("warn", f"cannot open the run ledger ({exc}); the command runs regardless")
+            self.ledger = None
+            return
+        record = RunRecord(
+            run_id=self.run_id,
+            name=self.options.name,
+            command=self.options.argv,
+            backend=self.backend_name,
+            started_at=self.started_wall,
+            pid_start=host.process_start(os.getpid()),
+        )
+        self._ledger_call("write to", lambda ledger: ledger.start(record))
+
+    def _finish_ledger(self, outcome: Outcome) -> None:
+        self._ledger_call(
+            "write to",
+            lambda ledger: ledger.finish(
+                self.run_id,
+                status=outcome.status,
+                ended_at=utc_now_iso(),
+                duration_s=round(time.monotonic() - self.started_mono, 6),
+                exit_code=outcome.command_exit,
+                signal=outcome.signal,
+                fencing_token=outcome.fencing_token,
+                error=outcome.error,
+                note=outcome.note,
+            ),
+        )
+        if self.ledger is not None:
+            self.ledger.close()
+
+    # -- the run ------------------------------------------------------------------------
+
+    def execute(self) -> Outcome:
+        try:
+            check_runnable(self.options.argv)
+        except CommandNotRunnable as exc:
+            self._open_ledger()
+            outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
+            self._finish_ledger(outcome)
+            self.report("error", str(exc))
+            return outcome
+        self._open_ledger()
+        supervisor = Supervisor(self.options.argv, env={})
+        supervisor.install_signal_handlers()
+        backend = None
+        try:
+            try:
+                backend = self.backend_factory(call_timeout_for(self.options.ttl))
+                outcome = self._locked_run(backend, supervisor)
+            except BackendUnavailable as exc:
+                outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status="unavailable", error=str(exc))
+                self.report("error", str(exc))
+            except LockrunError as exc:
+                outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
+                self.report("error", str(exc))
+            except Exception as exc:  # noqa: BLE001 - recorded, then reported as exit 125
+                outcome = Outcome(exit_code=ExitCode.INTERNAL, status="error", error=f"lockrun failed: {exc!r}")
+                self.report("error", outcome.error)
+        finally:
+            supervisor.close()
+            if backend is not None:
+                backend.close()
+        self._finish_ledger(outcome)
+        return outcome
+
+    def _holder_info(self) -> dict[str, str]:
+        now = utc_now_iso()
+        return {
+            "token": self.token,
+            "run_id": self.run_id,
+            "host": host.hostname(),
+            "boot_id": host.boot_id(),
+            "pid": str(os.getpid()),
+            "pid_start": str(host.process_start(os.getpid()) or ""),
+            "child_pid": "",
+            "command": json.dumps(self.options.argv),
+            "started_at": now,
+            "heartbeat_at": now,
+            "ttl_ms": str(int(self.options.ttl * 1000)),
+        }
+
+    def _acquire(self, backend: Backend, supervisor: Supervisor) -> Lease | Holder:
+        """The lease, or the holder that kept us out until --wait ran out (or a signal came)."""
+        opts = self.options
+        give_up_at = time.monotonic() + opts.wait
+        info = self._holder_info()
+        while True:
+            result = backend.acquire(opts.name, self.token, opts.ttl, info)
+            left = give_up_at - time.monotonic()
+            if isinstance(result, Lease) or supervisor.received or left <= 0:
+                return result
+            # Sleep until a release wakes us, or until the holder's lease could have
+            # expired (a crashed holder pushes nothing), and at most a second.
+            expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else 1.0
+            backend.wait_for_release(opts.name, min(left, expiry + 0.005, 1.0))
+
+    def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
+        opts = self.options
+        got = self._acquire(backend, supervisor)
+        if supervisor.received:
+            if isinstance(got, Lease):
+                self._release(backend, got)
+            signum = supervisor.received[0]
+            error = f"interrupted by signal {signum} before the command started"
+            self.report("error", error)
+            return Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
+        if isinstance(got, Holder):
+            note = f"held by {got.describe()}"
+            self.report("info", f"lock {opts.name!r} is busy: {note}")
+            return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note)
+        lease = got
+        try:
+            outcome = self._supervise(backend, supervisor, lease)
+        except BaseException:
+            self._release(backend, lease)
+            raise
+        # After a lost lease the release is a formality that may well fail: try once, quietly.
+        self._release(backend, lease, lost=outcome.status == "lost" or outcome.note is not None)
+        return outcome
+
+    def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
+        opts = self.options
+        self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+        supervisor.env = {
+            **os.environ,
+            "LOCKRUN_NAME": opts.name,
+            "LOCKRUN_RUN_ID": self.run_id,
+            "LOCKRUN_FENCING_TOKEN": str(lease.fencing_token),
+        }
+        try:
+            child_pid = supervisor.spawn()
+        except CommandNotRunnable as exc:
+            self.report("error", str(exc))
+            return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
+        keeper = Keeper(
+            backend,
+            lease,
+            stop_grace=opts.kill_after,
+            call_timeout=call_timeout_for(opts.ttl),
+            wake=supervisor.wake,
+            child_pid=lambda: child_pid,
+        )
+        keeper.start()
+        try:
+            stop_reason, lost_note = self._watch(supervisor, keeper)
+        finally:
+            # Also on an unexpected error: the group is gone before the lock is released.
+            child = supervisor.finish()
+            keeper.stop()
+        return self._outcome(child, stop_reason, lost_note, lease)
+
+    def _watch(self, supervisor: Supervisor, keeper: Keeper) -> tuple[str | None, str | None]:
+        """Wait for the child to exit, stopping it on a lost lease or a timeout.
+
+        Returns why lockrun stopped the command ("lost", "timeout" or None) and,
+        under ``--on-lost continue``, the note about a lost lease.
+        """
+        opts = self.options
+        timeout_at = time.monotonic() + opts.timeout if opts.timeout else None
+        stop_reason: str | None = None
+        lost_note: str | None = None
+        lease_lost = False
+        while not supervisor.child_exit_pending():
+            now = time.monotonic()
+            problem = None if lease_lost else self._lease_problem(keeper, now)
+            if problem is not None:
+                lease_lost = True
+                if opts.on_lost == "terminate":
+                    if stop_reason is None:
+                        stop_reason = "lost"
+                        self.report("error", f"lease on {opts.name!r} lost: {problem}; stopping the command")
+                    # Dead before the lease we last renewed can expire, however long --kill-after is.
+                    supervisor.terminate(kill_at=min(now + opts.kill_after, keeper.kill_deadline()))
+                else:
+                    lost_note = f"lease lost at {utc_now_iso()}: {problem}"
+                    self.report("warn", f"lease on {opts.name!r} lost: {problem}; --on-lost continue: the command goes on")
+            if timeout_at is not None and now >= timeout_at and stop_reason is None:
+                stop_reason = "timeout"
+                self.report("error", f"{opts.name!r} ran past --timeout {opts.timeout:g}s; stopping the command")
+                supervisor.terminate(kill_at=now + opts.kill_after)
+            supervisor.kill_if_due()
+            wake_at = [supervisor.kill_at]
+            if stop_reason is None:
+                wake_at.append(timeout_at)
+            if not lease_lost:
+                wake_at.append(keeper.must_stop_at)
+            supervisor.wait(min((t for t in wake_at if t is not None), default=None))
+        return stop_reason, lost_note
+
+    @staticmethod
+    def _lease_problem(keeper: Keeper, now: float) -> str | None:
+        """Why the lease can no longer be trusted, or None while it can."""
+        if keeper.lost_reason is not None:
+            return keeper.lost_reason
+        if now >= keeper.must_stop_at:
+            silent_for = now - (keeper.expires_at - keeper.lease.ttl)
+            why = keeper.last_error or "no renewal succeeded in time"
+            return f"no renewal succeeded for {silent_for:.1f}s ({why})"
+        return None
+
+    def _outcome(self, child: ChildExit, stop_reason: str | None, lost_note: str | None, lease: Lease) -> Outcome:
+        common = dict(command_exit=child.returncode, signal=child.signal, fencing_token=lease.fencing_token)
+        if stop_reason == "lost":
+            return Outcome(exit_code=ExitCode.LOST, status="lost", **common)
+        if stop_reason == "timeout":
+            return Outcome(exit_code=ExitCode.TIMEOUT, status="timeout", **common)
+        if child.signal is not None:
+            return Outcome(exit_code=child.shell_code, status="killed", note=lost_note, **common)
+        status = "succeeded" if child.returncode == 0 else "failed"
+        return Outcome(exit_code=child.returncode, status=status, note=lost_note, **common)
+
+    def _release(self, backend: Backend, lease: Lease, lost: bool = False) -> None:
+        """Compare-and-delete, retried a little; the token is kept until it is confirmed."""
+        last_error = None
+        for attempt in range(1 if lost else RELEASE_ATTEMPTS):
+            try:
+                released = backend.release(lease)
+            except BackendUnavailable as exc:
+                last_error = exc
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
+            return
+        message = f"could not release {lease.name!r} ({last_error}); it expires within {lease.ttl:g}s"
+        self.report("info" if lost else "warn", message)

@@ -1,0 +1,248 @@
+"""Validated values and the settings precedence: flag > environment > config file > default.
+
+Flags and environment variables arrive together from the CLI (click reads the
+``envvar``s and leaves ``None`` when neither was given); this module fills the
+gaps from the first config file that exists, then from the defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from lockrun.errors import ConfigError, UsageError
+
+DEFAULT_TTL = 60.0
+DEFAULT_PREFIX = "lockrun:"
+DEFAULT_KILL_AFTER = 10.0
+DEFAULT_BUSY_EXIT = 75
+SYSTEM_CONFIG = Path("/etc/lockrun.toml")
+
+NAME_RULE = (
+    "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
+)
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\-]{0,199}")
+_SECONDS_RE = re.compile(r"\d+(\.\d*)?|\.\d+")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+# --- single values ------------------------------------------------------------------
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise UsageError(f"invalid lock name {name!r}: use {NAME_RULE}")
+    return name
+
+
+def default_name(argv: list[str]) -> str:
+    """``cmd-`` + 12 hex of sha256 over the argv joined by NUL.
+
+    Joining by NUL (not space) keeps ``frob "a b"`` and ``frob a b`` apart.
+    """
+    digest = hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape"))
+    return "cmd-" + digest.hexdigest()[:12]
+
+
+def parse_seconds(text: str, what: str, *, minimum: float = 0.0, allow_zero: bool = False) -> float:
+    """A positive decimal number of seconds (``--wait`` also accepts 0)."""
+    text = str(text).strip()
+    value = float(text) if _SECONDS_RE.fullmatch(text) else math.nan
+    ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and value >= minimum
+    if not ok:
+        expected = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
+        if minimum > 0:
+            expected += f" (at least {minimum:g})"
+        raise UsageError(f"invalid {what} {text!r}: expected {expected}")
+    return value
+
+
+def parse_duration(text: str, what: str) -> float:
+    """A number with a unit: ``90s``, ``15m``, ``12h``, ``7d`` -> seconds."""
+    match = _DURATION_RE.fullmatch(str(text).strip())
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
+    """Check the scheme and shape of a Redis URL; the message never shows a password."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise error(f"invalid Redis URL {redact_url(url)!r}: cannot parse it") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        raise error(
+            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss:// or unix://"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
+    return url
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password (userinfo or ``?password=``) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{hostport}" if has_password else f"{userinfo}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(key.lower() == "password" for key, _ in pairs):
+            query = urlencode(
+                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*", quote_via=quote
+            )
+    # Reassembled by hand: urlunsplit() would turn unix:///path into unix:/path.
+    text = f"{parts.scheme}://{netloc}{parts.path}" if "//" in url[:len(parts.scheme) + 3] else urlunsplit(
+        (parts.scheme, netloc, parts.path, "", "")
+    )
+    return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+# --- config file ----------------------------------------------------------------------
+
+#: key -> (python types accepted, what the message says is expected)
+CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "redis_url": ((str,), "a string (redis://, rediss:// or unix:// URL)"),
+    "prefix": ((str,), "a string"),
+    "ledger": ((str,), "a string (path of the SQLite ledger)"),
+    "state_dir": ((str,), "a string (directory)"),
+    "ttl": ((int, float), "a number of seconds >= 1"),
+    "ledger_keep_days": ((int,), "a whole number of days >= 1"),
+}
+
+
+def default_config_paths() -> list[Path]:
+    return [SYSTEM_CONFIG, Path.home() / ".config" / "lockrun" / "config.toml"]
+
+
+def _toml_loads(text: str) -> dict:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+def _line_of(text: str, key: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    return None
+
+
+def load_config(explicit: str | None) -> tuple[Path | None, dict]:
+    """Read the first config file that exists; a file named explicitly must exist."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist (named by --config or LOCKRUN_CONFIG)")
+        candidates = [path]
+    else:
+        candidates = [p for p in default_config_paths() if p.is_file()][:1]
+    if not candidates:
+        return None, {}
+    path = candidates[0]
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: cannot read it: {exc}") from None
+    if mode & stat.S_IWOTH:
+        raise ConfigError(f"config file {path} is world-writable; refusing it (it could redirect locks): chmod o-w {path}")
+    try:
+        data = _toml_loads(text)
+    except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    for key, value in data.items():
+        line = _line_of(text, key)
+        where = f"{path}, line {line}" if line else str(path)
+        if key not in CONFIG_KEYS:
+            known = ", ".join(CONFIG_KEYS)
+            raise ConfigError(f"config file {where}: unknown key {key!r} (known keys: {known})")
+        types, expected = CONFIG_KEYS[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
+        if key == "ttl" and not (math.isfinite(value) and value >= 1):
+            raise ConfigError(f"config file {where}: ttl must be {expected}")
+        if key == "ledger_keep_days" and value < 1:
+            raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
+        if key == "redis_url":
+            try:
+                validate_redis_url(value, ConfigError)
+            except ConfigError as exc:
+                raise ConfigError(f"config file {where}: {exc}") from None
+    return path, data
+
+
+# --- resolved settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The global settings every subcommand shares, after precedence is applied."""
+
+    redis_url: str | None
+    prefix: str
+    state_dir: Path
+    ledger_path: Path
+    ttl: float
+    config_path: Path | None
+
+    @property
+    def backend_name(self) -> str:
+        return "redis" if self.redis_url else "local"
+
+    @property
+    def redacted_url(self) -> str | None:
+        return redact_url(self.redis_url) if self.redis_url else None
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/lockrun")
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
+    return base / "lockrun"
+
+
+def resolve(
+    *,
+    config: str | None = None,
+    redis_url: str | None = None,
+    prefix: str | None = None,
+    ledger: str | None = None,
+    ttl: float | None = None,
+) -> Settings:
+    """Apply flag/env (already merged by the caller) > config file > default."""
+    config_path, file = load_config(config)
+    state_dir_env = os.environ.get("LOCKRUN_STATE_DIR")
+    state_dir = Path(state_dir_env or file.get("state_dir") or default_state_dir()).expanduser()
+    if redis_url is not None:
+        validate_redis_url(redis_url)
+    redis_url = redis_url if redis_url is not None else file.get("redis_url")
+    ledger_path = Path(ledger or file.get("ledger") or state_dir / "ledger.db").expanduser()
+    return Settings(
+        redis_url=redis_url or None,
+        prefix=prefix if prefix is not None else file.get("prefix", DEFAULT_PREFIX),
+        state_dir=state_dir,
+        ledger_path=ledger_path,
+        ttl=float(ttl if ttl is not None else file.get("ttl", DEFAULT_TTL)),
+        config_path=config_path,
+    )

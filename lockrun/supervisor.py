@@ -1,0 +1,309 @@
+"""The supervisor: spawn the command in its own process group and keep it on a leash.
+
+- The command gets its own process group, so every signal reaches the whole job
+  (a ``sh -c`` wrapper and what it started), not only the direct child.
+- ``PR_SET_PDEATHSIG(SIGKILL)`` kills the direct child the moment lockrun dies,
+  even by SIGKILL. The death signal follows the *thread* that forked, so the
+  command is spawned from the main thread, before the keeper thread exists.
+- A watchdog process, forked before any thread starts, holds the read end of a
+  pipe from lockrun and SIGKILLs the command's whole group when it sees EOF
+  without having been disarmed: that covers grandchildren too.
+- SIGTERM, SIGINT and SIGHUP sent to lockrun are forwarded to the group.
+- Every wake-up (a signal, the child's exit, the keeper) arrives through one
+  self-pipe, so the main loop sleeps in ``select`` and costs no CPU while idle.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from lockrun.errors import CommandNotRunnable, ExitCode
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        return None
+
+
+def check_runnable(argv: list[str]) -> None:
+    """Fail early, before taking the lock, for a command that cannot be executed."""
+    program = argv[0]
+    if shutil.which(program):
+        return
+    if "/" in program:
+        if os.path.isdir(program) or (os.path.exists(program) and not os.access(program, os.X_OK)):
+            raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
+        raise CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", program)
+        if os.path.isfile(candidate):
+            raise CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
+    raise CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
+
+
+def _spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
+    if isinstance(exc, FileNotFoundError):
+        return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+    return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    returncode: int | None  # the command's exit code, None when a signal ended it
+    signal: int | None
+
+    @property
+    def shell_code(self) -> int:
+        """The code a shell would report: the exit code, or 128+N for signal N."""
+        return self.returncode if self.signal is None else ExitCode.SIGNAL_BASE + self.signal
+
+
+def _watchdog(read_fd: int) -> None:
+    """Runs in the forked watchdog process; never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # It must outlive whatever hits lockrun's own group: only EOF ends it.
+        for sig in (*FORWARDED_SIGNALS, signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN):
+            signal.signal(sig, signal.SIG_IGN)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        # Hold no other descriptor: not the Redis socket, not the terminal, not a pipe
+        # whose reader waits for EOF.
+        os.closerange(3, read_fd)
+        os.closerange(read_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        data = b""
+        while True:
+            chunk = os.read(read_fd, 64)
+            if not chunk:
+                break
+            data += chunk
+        # "P<pgid>\n" arms it, a later "D" disarms it; EOF while armed means lockrun died.
+        if data.startswith(b"P") and b"D" not in data:
+            pgid = int(data[1:].split(b"\n", 1)[0])
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+    finally:
+        os._exit(0)
+
+
+class Supervisor:
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv = argv
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self.received: list[int] = []  # signals sent to lockrun, in order
+        self.kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
+        self.terminated = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._old_handlers: dict[int, object] = {}
+        self._old_wakeup_fd: int | None = None
+        self._watchdog_pid: int | None = None
+        self._watchdog_w: int | None = None
+        self._tty_fd: int | None = None
+
+    # -- signals ----------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """Catch the forwarded signals from now on (also while waiting for the lock)."""
+        self._old_wakeup_fd = signal.set_wakeup_fd(self._wake_w)
+        for sig in FORWARDED_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        self._old_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_sigchld)
+        # Ignore SIGTTOU so we can hand the terminal to the command and take it back.
+        self._old_handlers[signal.SIGTTOU] = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+
+    def restore_signal_handlers(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+        if self._old_wakeup_fd is not None:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+            self._old_wakeup_fd = None
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.received.append(signum)
+        if self.pgid is not None:
+            self._killpg(signum)
+
+    def _on_sigchld(self, _signum: int, _frame) -> None:
+        pass  # the wakeup fd has already woken the loop
+
+    def wake(self) -> None:
+        """Wake the main loop (thread-safe; called by the keeper)."""
+        try:
+            os.write(self._wake_w, b"k")
+        except BlockingIOError:
+            pass  # the pipe is full: the loop is already awake
+
+    def wait(self, until: float | None) -> None:
+        """Sleep until something happens or the monotonic time ``until`` (None: 1 s)."""
+        timeout = 1.0 if until is None else max(0.0, until - time.monotonic())
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if ready:
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+    # -- spawning ---------------------------------------------------------------------
+
+    def _start_watchdog(self) -> None:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the watchdog process
+            os.close(write_fd)
+            _watchdog(read_fd)
+        os.close(read_fd)
+        self._watchdog_pid = pid
+        self._watchdog_w = write_fd
+
+    def _foreground_tty(self) -> int | None:
+        """stdin's terminal if lockrun runs in its foreground group, else None."""
+        try:
+            if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+                return 0
+        except OSError:
+            pass
+        return None
+
+    def spawn(self) -> int:
+        prctl = _load_prctl()
+        parent = os.getpid()
+        tty_fd = self._foreground_tty()
+
+        def child_setup() -> None:  # runs in the child between fork and exec
+            os.setpgid(0, 0)
+            if tty_fd is not None:
+                try:
+                    os.tcsetpgrp(tty_fd, os.getpid())
+                except OSError:
+                    pass
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+            if prctl is not None:
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != parent:  # lockrun died before the death signal was armed
+                    os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
+
+        self._start_watchdog()
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, preexec_fn=child_setup, close_fds=True)
+        except OSError as exc:
+            self._disarm_watchdog()
+            raise _spawn_error(self.argv[0], exc) from None
+        self.pgid = self.proc.pid
+        try:
+            os.setpgid(self.proc.pid, self.proc.pid)  # also from this side: no race with killpg
+        except OSError:
+            pass
+        if tty_fd is not None:
+            try:
+                os.tcsetpgrp(tty_fd, self.pgid)
+                self._tty_fd = tty_fd
+            except OSError:
+                pass
+        self._write_watchdog(f"P{self.pgid}\n".encode())
+        # A signal that arrived before the group existed is forwarded now.
+        for signum in self.received:
+            self._killpg(signum)
+        return self.proc.pid
+
+    def _write_watchdog(self, data: bytes) -> None:
+        if self._watchdog_w is None:
+            return
+        try:
+            os.write(self._watchdog_w, data)
+        except OSError:
+            pass  # a dead watchdog only costs the grandchildren's protection
+
+    def _disarm_watchdog(self) -> None:
+        if self._watchdog_w is None:
+            return
+        self._write_watchdog(b"D")
+        os.close(self._watchdog_w)
+        self._watchdog_w = None
+        try:
+            os.waitpid(self._watchdog_pid, 0)
+        except ChildProcessError:
+            pass
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def _killpg(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+
+    def terminate(self, kill_at: float) -> None:
+        """SIGTERM the group now and SIGKILL it at ``kill_at`` (monotonic) if still there.
+
+        A second call can only bring the SIGKILL closer, never push it back.
+        """
+        if not self.terminated:
+            self.terminated = True
+            self._killpg(signal.SIGTERM)
+        self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+        if time.monotonic() >= self.kill_at:
+            self._killpg(signal.SIGKILL)
+
+    def kill_if_due(self) -> None:
+        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self._killpg(signal.SIGKILL)
+
+    def child_exit_pending(self) -> bool:
+        """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None and info.si_pid != 0
+
+    def finish(self) -> ChildExit:
+        """Stop what is left of the group, reap the child, give the terminal back."""
+        # The leader is still a zombie here, so the group id cannot have been reused:
+        # anything left in the group would run on after the lock is released.
+        self._killpg(signal.SIGKILL)
+        code = self.proc.wait()
+        if self._tty_fd is not None:
+            try:
+                os.tcsetpgrp(self._tty_fd, os.getpgrp())
+            except OSError:
+                pass
+        self._disarm_watchdog()
+        return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
+
+    def close(self) -> None:
+        self._disarm_watchdog()
+        self.restore_signal_handlers()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -1,0 +1,169 @@
+"""Fixtures: a real, disposable redis-server per test, and lockrun as a real subprocess.
+
+Every server listens on a random loopback port and a unix socket in a private
+temp dir, so tests can SIGKILL, SIGSTOP/SIGCONT and restart it, and many tests
+can run side by side. The machine's own Redis is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+REDIS_SERVER = shutil.which("redis-server")
+LOCKRUN = str(Path(sys.executable).with_name("lockrun"))
+if not os.path.exists(LOCKRUN):  # pragma: no cover - running from a checkout without the script
+    LOCKRUN = None
+
+
+def lockrun_argv(*args: str) -> list[str]:
+    base = [LOCKRUN] if LOCKRUN else [sys.executable, "-m", "lockrun"]
+    return [*base, *args]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self, password: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="lr-redis-"))  # short: unix socket paths are limited
+        self.socket = str(self.dir / "redis.sock")
+        self.port = free_port()
+        self.password = password
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"unix://{auth}{self.socket}"
+
+    @property
+    def tcp_url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=self.socket, password=self.password, socket_timeout=5)
+
+    def start(self) -> RedisServer:
+        argv = [
+            REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--unixsocket", self.socket, "--unixsocketperm", "700",
+            "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+        ]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"redis-server exited with {self.proc.returncode}")
+            try:
+                return self.client().ping()
+            except redis.RedisError:
+                return False
+
+        wait_until(ready, what="redis-server to answer PING")
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_server():
+    if not REDIS_SERVER:
+        pytest.fail("redis-server is not installed (apt-get install redis-server); .ci/run installs it")
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def env(tmp_path, redis_server):
+    """An environment for lockrun subprocesses: this test's Redis, state dir and config only."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    base.update(
+        HOME=str(tmp_path / "home"),
+        LOCKRUN_STATE_DIR=str(tmp_path / "state"),
+        LOCKRUN_CONFIG=str(config),
+        LOCKRUN_REDIS_URL=redis_server.url,
+    )
+    return base
+
+
+def run_lockrun(env: dict, *args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        lockrun_argv(*args), env=env, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def spawn_lockrun(env: dict, *args: str, **kwargs) -> subprocess.Popen:
+    """Start lockrun in the background; its output goes nowhere unless asked for."""
+    kwargs.setdefault("stdout", subprocess.DEVNULL)
+    kwargs.setdefault("stderr", subprocess.DEVNULL)
+    return subprocess.Popen(lockrun_argv(*args), env=env, text=True, **kwargs)
+
+
+def history(env: dict, *args: str) -> list[dict]:
+    result = run_lockrun(env, "history", "--json", "--limit", "1000", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

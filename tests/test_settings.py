@@ -1,0 +1,127 @@
+"""Validators and the settings precedence, tested as plain functions."""
+
+import os
+
+import pytest
+
+from lockrun import settings
+from lockrun.errors import ConfigError, UsageError
+
+
+@pytest.mark.parametrize("name", ["a", "sync-invoices", "A.b_c:d@e/f-g", "9" * 200])
+def test_valid_names(name):
+    assert settings.validate_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-a", ".a", "a b", "a{b}", "ä", "a*", "x" * 201, "/abs"])
+def test_invalid_names(name):
+    with pytest.raises(UsageError, match="invalid lock name"):
+        settings.validate_name(name)
+
+
+def test_default_name_keeps_argument_boundaries():
+    assert settings.default_name(["frob", "foo bar"]) != settings.default_name(["frob", "foo", "bar"])
+    assert settings.default_name(["true"]) == settings.default_name(["true"])
+    assert settings.default_name(["true"]).startswith("cmd-") and len(settings.default_name(["true"])) == 16
+
+
+@pytest.mark.parametrize("text,value", [("1", 1.0), ("0.5", 0.5), ("120", 120.0), ("2.", 2.0), (".25", 0.25)])
+def test_seconds(text, value):
+    assert settings.parse_seconds(text, "--x") == value
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "1e3", "inf", "nan", "", "1s", " "])
+def test_bad_seconds(text):
+    with pytest.raises(UsageError):
+        settings.parse_seconds(text, "--x")
+
+
+def test_seconds_minimum_and_zero():
+    assert settings.parse_seconds("0", "--wait", allow_zero=True) == 0
+    with pytest.raises(UsageError, match="at least 1"):
+        settings.parse_seconds("0.5", "--ttl", minimum=1)
+
+
+@pytest.mark.parametrize("text,value", [("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800), ("1.5h", 5400)])
+def test_durations(text, value):
+    assert settings.parse_duration(text, "--since") == value
+
+
+@pytest.mark.parametrize("text", ["90", "15x", "-1h", "0s", "h", ""])
+def test_bad_durations(text):
+    with pytest.raises(UsageError):
+        settings.parse_duration(text, "--since")
+
+
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+        ("redis://user:s3cret@host/0", "redis://user:***@host/0"),
+        ("rediss://user@host/0", "rediss://user@host/0"),
+        ("unix:///run/redis.sock?password=s3cret&db=1", "unix:///run/redis.sock?password=***&db=1"),
+        ("redis://host", "redis://host"),
+    ],
+)
+def test_redact_url(url, shown):
+    assert settings.redact_url(url) == shown
+    assert "s3cret" not in settings.redact_url(url)
+
+
+@pytest.mark.parametrize("url", ["http://host", "host:6379", "redis://host:notaport", "unix://"])
+def test_bad_redis_urls(url):
+    with pytest.raises(UsageError, match="invalid Redis URL"):
+        settings.validate_redis_url(url)
+
+
+def test_bad_url_message_hides_password():
+    with pytest.raises(UsageError) as info:
+        settings.validate_redis_url("http://:s3cret@host")
+    assert "s3cret" not in str(info.value)
+
+
+def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
+    config = tmp_path / "c.toml"
+    config.write_text('redis_url = "redis://file-host/0"\nttl = 30\nprefix = "f:"\n')
+    monkeypatch.setenv("LOCKRUN_STATE_DIR", str(tmp_path / "state"))
+    resolved = settings.resolve(config=str(config))
+    assert (resolved.redis_url, resolved.ttl, resolved.prefix) == ("redis://file-host/0", 30.0, "f:")
+    assert resolved.ledger_path == tmp_path / "state" / "ledger.db"
+    resolved = settings.resolve(config=str(config), redis_url="redis://flag/0", ttl=5.0, prefix="x:")
+    assert (resolved.redis_url, resolved.ttl, resolved.prefix) == ("redis://flag/0", 5.0, "x:")
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    resolved = settings.resolve(config=str(empty))
+    assert (resolved.redis_url, resolved.ttl, resolved.prefix) == (None, 60.0, "lockrun:")
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("ttl = ", "invalid TOML"),
+        ("colour = 1", "unknown key 'colour'"),
+        ('ttl = "60"', "line 1: ttl must be"),
+        ("\n\nttl = 0.5", "line 3: ttl must be"),
+        ('redis_url = "http://x"', "invalid Redis URL"),
+        ("ledger_keep_days = true", "ledger_keep_days must be"),
+    ],
+)
+def test_bad_config_files(tmp_path, text, message):
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        settings.load_config(str(config))
+    assert str(config) in str(info.value)
+
+
+def test_missing_explicit_config(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        settings.load_config(str(tmp_path / "nope.toml"))
+
+
+def test_world_writable_config_refused(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("")
+    os.chmod(config, 0o666)
+    with pytest.raises(ConfigError, match="world-writable"):
+        settings.load_config(str(config))
