@@ -40,7 +40,7 @@ class Seconds(click.ParamType):
             return settings.parse_seconds(value, param.opts[0] if param else "value",
                                           minimum=self.minimum, allow_zero=self.allow_zero)
         except LockrunError as exc:
-            self.fail(str(exc).removeprefix("invalid "), param, ctx)
+            self.fail(f"{value!r}: {str(exc).split(': ', 1)[-1]}", param, ctx)
 
 
 class Duration(click.ParamType):
@@ -52,7 +52,7 @@ class Duration(click.ParamType):
         try:
             return settings.parse_duration(value, param.opts[0] if param else "duration")
         except LockrunError as exc:
-            self.fail(str(exc).removeprefix("invalid "), param, ctx)
+            self.fail(f"{value!r}: {str(exc).split(': ', 1)[-1]}", param, ctx)
 
 
 class LockName(click.ParamType):

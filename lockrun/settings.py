@@ -124,7 +124,6 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "ledger": ((str,), "a string (path of the SQLite ledger)"),
     "state_dir": ((str,), "a string (directory)"),
     "ttl": ((int, float), "a number of seconds >= 1"),
-    "ledger_keep_days": ((int,), "a whole number of days >= 1"),
 }
 
 
@@ -181,8 +180,6 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
         if key == "ttl" and not (math.isfinite(value) and value >= 1):
             raise ConfigError(f"config file {where}: ttl must be {expected}")
-        if key == "ledger_keep_days" and value < 1:
-            raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
         if key == "redis_url":
             try:
                 validate_redis_url(value, ConfigError)

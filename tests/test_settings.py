@@ -103,7 +103,8 @@ def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
         ('ttl = "60"', "line 1: ttl must be"),
         ("\n\nttl = 0.5", "line 3: ttl must be"),
         ('redis_url = "http://x"', "invalid Redis URL"),
-        ("ledger_keep_days = true", "ledger_keep_days must be"),
+        ("ttl = true", "ttl must be"),
+        ("prefix = 3", "prefix must be a string"),
     ],
 )
 def test_bad_config_files(tmp_path, text, message):

@@ -1,0 +1,118 @@
+"""Bad input: one line on stderr, a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_lockrun
+
+
+def assert_one_line(result, code: int, *needles: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["-n", "bad name", "--", "true"], "invalid lock name"),
+        (["-n", "-dash", "--", "true"], "invalid lock name"),
+        (["-n", "x" * 201, "--", "true"], "1 to 200 characters"),
+        (["-n", "a{b}", "--", "true"], "invalid lock name"),
+        (["--ttl", "0", "--", "true"], "--ttl"),
+        (["--ttl", "0.5", "--", "true"], "at least 1"),
+        (["--ttl", "-5", "--", "true"], "--ttl"),
+        (["--ttl", "abc", "--", "true"], "--ttl"),
+        (["--ttl", "nan", "--", "true"], "--ttl"),
+        (["-w", "-1", "--", "true"], "--wait"),
+        (["--wait", "soon", "--", "true"], "--wait"),
+        (["--timeout", "0", "--", "true"], "--timeout"),
+        (["--timeout", "1h", "--", "true"], "--timeout"),
+        (["--kill-after", "-1", "--", "true"], "--kill-after"),
+        (["--on-lost", "ignore", "--", "true"], "--on-lost"),
+        (["-E", "256", "--", "true"], "--busy-exit-code"),
+        (["-E", "x", "--", "true"], "--busy-exit-code"),
+        (["--redis-url", "http://localhost", "--", "true"], "scheme"),
+        (["--redis-url", "redis://h:notaport", "--", "true"], "invalid Redis URL"),
+        (["--no-such-flag", "--", "true"], "no-such-flag"),
+        (["-n", "x"], "COMMAND"),
+        (["-n", "x", "--"], "COMMAND"),
+        (["--ttl"], "--ttl"),
+    ],
+)
+def test_bad_run_input_is_a_usage_error(env, tmp_path, args, needle):
+    for form in (["run"], []):  # both the subcommand and the bare form
+        assert_one_line(run_lockrun(env, *form, *args), 2, needle)
+
+
+def test_run_without_any_argument_is_a_usage_error(env):
+    assert_one_line(run_lockrun(env, "run"), 2, "COMMAND")
+
+
+def test_unknown_subcommand_is_a_usage_error(env):
+    assert_one_line(run_lockrun(env, "frobnicate"), 2, "frobnicate")
+
+
+def test_bad_env_values_are_usage_errors(env):
+    env["LOCKRUN_TTL"] = "zero"
+    assert_one_line(run_lockrun(env, "-n", "x", "--", "true"), 2, "--ttl")
+    env.pop("LOCKRUN_TTL")
+    env["LOCKRUN_REDIS_URL"] = "memcached://host"
+    assert_one_line(run_lockrun(env, "-n", "x", "--", "true"), 2, "scheme")
+
+
+def test_bad_url_query_is_a_usage_error(env, redis_server):
+    env["LOCKRUN_REDIS_URL"] = redis_server.url + "?socket_timeout=soon"
+    assert_one_line(run_lockrun(env, "-n", "x", "--", "true"), 2, "invalid Redis URL")
+
+
+def test_bad_read_command_input(env):
+    assert_one_line(run_lockrun(env, "history", "--since", "yesterday"), 2, "--since")
+    assert_one_line(run_lockrun(env, "history", "--limit", "0"), 2, "--limit")
+    assert_one_line(run_lockrun(env, "history", "--status", "great"), 2, "--status")
+    assert_one_line(run_lockrun(env, "status", "bad name"), 2, "invalid lock name")
+
+
+def test_no_redis_configured_is_a_config_error(env):
+    env.pop("LOCKRUN_REDIS_URL")
+    result = run_lockrun(env, "-n", "x", "--", "true")
+    assert_one_line(result, 78, "LOCKRUN_REDIS_URL")
+
+
+def test_config_file_supplies_the_url_and_errors_are_78(env, tmp_path, redis_server):
+    env.pop("LOCKRUN_REDIS_URL")
+    config = tmp_path / "lockrun.toml"
+    config.write_text(f'redis_url = "{redis_server.url}"\nttl = 5\n')
+    env["LOCKRUN_CONFIG"] = str(config)
+    assert run_lockrun(env, "-n", "cfg", "--", "true").returncode == 0
+    config.write_text("ttl = 'long'\n")
+    assert_one_line(run_lockrun(env, "-n", "cfg", "--", "true"), 78, str(config), "line 1")
+    config.write_text("[broken\n")
+    assert_one_line(run_lockrun(env, "-n", "cfg", "--", "true"), 78, "invalid TOML")
+    env["LOCKRUN_CONFIG"] = str(tmp_path / "missing.toml")
+    assert_one_line(run_lockrun(env, "status"), 78, "does not exist")
+
+
+def test_help_and_version(env):
+    from lockrun import __version__
+
+    for args in (["--version"],):
+        result = run_lockrun(env, *args)
+        assert (result.returncode, result.stdout) == (0, f"lockrun {__version__}\n")
+    for args in (["--help"], ["-h"], ["run", "--help"], ["status", "-h"], ["history", "--help"]):
+        result = run_lockrun(env, *args)
+        assert result.returncode == 0 and result.stdout.startswith("Usage: lockrun")
+    assert "Commands:" in run_lockrun(env, "--help").stdout
+    assert "--on-lost" in run_lockrun(env, "-n", "x", "--help").stdout  # bare form: run's help
+
+
+def test_python_dash_m_works(env):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "lockrun", "--version"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("lockrun ")

@@ -1,0 +1,133 @@
+"""The ledger: every outcome recorded, many writers at once, best effort when broken."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import sys
+from datetime import datetime, timedelta, timezone
+
+from lockrun.ledger import Ledger, RunRecord
+from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
+
+PY = sys.executable
+HISTORY_FIELDS = {
+    "run_id", "name", "status", "exit_code", "signal", "host", "pid", "command", "backend", "started_at",
+    "ended_at", "duration_s", "fencing_token", "once_key", "error", "note",
+}
+
+
+def test_a_run_is_recorded_with_every_field(env, tmp_path):
+    result = run_lockrun(env, "-n", "rec", "--", "sh", "-c", "exit 3")
+    assert result.returncode == 3
+    (row,) = history(env, "rec")
+    assert set(row) == HISTORY_FIELDS
+    assert row["status"] == "failed" and row["exit_code"] == 3 and row["signal"] is None
+    assert row["command"] == ["sh", "-c", "exit 3"] and row["backend"] == "redis"
+    assert row["fencing_token"] == 1 and row["ended_at"] >= row["started_at"]
+    assert isinstance(row["duration_s"], float) and row["duration_s"] >= 0
+
+
+def test_ledger_is_wal_and_versioned(env, tmp_path):
+    run_lockrun(env, "-n", "v", "--", "true")
+    db = sqlite3.connect(tmp_path / "state" / "ledger.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    indexes = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"runs_name_started", "runs_status"} <= indexes
+    db.close()
+
+
+def test_row_is_running_while_the_command_runs(env, tmp_path):
+    flag = tmp_path / "started"
+    proc = spawn_lockrun(env, "-n", "live", "--", "sh", "-c", f"touch {flag}; sleep 30")
+    try:
+        wait_until(flag.exists, what="the command")
+        (row,) = history(env, "live")
+        assert row["status"] == "running" and row["ended_at"] is None and row["pid"] == proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, tmp_path):
+    flag = tmp_path / "started"
+    proc = spawn_lockrun(env, "-n", "crash", "--", "sh", "-c", f"touch {flag}; sleep 30")
+    wait_until(flag.exists, what="the command")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    (row,) = history(env, "crash")
+    assert row["status"] == "abandoned"
+    assert history(env, "--status", "abandoned")[0]["run_id"] == row["run_id"]
+    assert history(env, "--status", "running") == []
+
+
+def test_unwritable_ledger_warns_once_and_the_command_still_runs(env, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    env["LOCKRUN_LEDGER"] = str(blocker / "ledger.db")
+    result = run_lockrun(env, "-n", "noledger", "--", "sh", "-c", "echo ran; exit 4")
+    assert result.returncode == 4 and result.stdout == "ran\n"
+    assert result.stderr.count("\n") == 1 and "ledger" in result.stderr and "runs regardless" in result.stderr
+    quiet = run_lockrun(env, "-q", "-n", "noledger", "--", "true")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+
+
+def test_corrupt_ledger_warns_and_the_command_still_runs(env, tmp_path):
+    ledger = tmp_path / "corrupt.db"
+    ledger.write_bytes(b"this is not a database" * 100)
+    env["LOCKRUN_LEDGER"] = str(ledger)
+    result = run_lockrun(env, "-n", "corrupt", "--", "echo", "ran")
+    assert result.returncode == 0 and result.stdout == "ran\n" and "ledger" in result.stderr
+
+
+def test_forty_concurrent_runs_are_all_recorded(env, tmp_path):
+    # A fresh ledger: the forty also race to create it.
+    procs = [spawn_lockrun(env, "-n", f"many-{i}", "--", "sleep", "0.2") for i in range(40)]
+    assert [p.wait(120) for p in procs] == [0] * 40
+    rows = history(env)
+    assert len(rows) == 40
+    assert {r["name"] for r in rows} == {f"many-{i}" for i in range(40)}
+    assert {r["status"] for r in rows} == {"succeeded"}
+
+
+def test_busy_and_unavailable_outcomes_are_recorded(env, tmp_path, redis_server):
+    redis_server.client().set("lockrun:{b}:lock", "other", px=30000)
+    assert run_lockrun(env, "-n", "b", "--", "true").returncode == 75
+    redis_server.kill()
+    assert run_lockrun(env, "-n", "b", "--", "true").returncode == 69
+    statuses = [r["status"] for r in history(env, "b")]
+    assert statuses == ["unavailable", "busy"]
+
+
+def _insert(ledger: Ledger, run_id: str, name: str, status: str, started: datetime) -> None:
+    stamp = started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ledger.start(RunRecord(run_id=run_id, name=name, command=["x"], backend="redis", started_at=stamp))
+    ledger.finish(run_id, status=status, ended_at=stamp, duration_s=1.0, exit_code=0 if status == "succeeded" else 1)
+
+
+def test_history_filters(env, tmp_path):
+    ledger = Ledger(tmp_path / "state" / "ledger.db").open()
+    now = datetime.now(timezone.utc)
+    for i in range(30):
+        _insert(ledger, f"r{i:02d}", "a" if i % 2 else "b", "succeeded" if i % 3 else "failed",
+                now - timedelta(hours=30 - i - 0.5))
+    ledger.close()
+    assert len(history(env)) == 30
+    default = json.loads(run_lockrun(env, "history", "--json").stdout)
+    assert [r["run_id"] for r in default] == [f"r{i:02d}" for i in range(29, 9, -1)]  # 20, newest first
+    assert [r["run_id"] for r in history(env, "--limit", "3")] == ["r29", "r28", "r27"]
+    assert {r["name"] for r in history(env, "a")} == {"a"} and len(history(env, "a")) == 15
+    assert {r["status"] for r in history(env, "--status", "failed")} == {"failed"}
+    assert len(history(env, "--status", "failed")) == 10
+    recent = history(env, "--since", "12h")
+    assert len(recent) == 12 and all(r["run_id"] >= "r18" for r in recent)
+    assert len(history(env, "b", "--since", "1d", "--status", "failed")) == 4
+
+
+def test_history_without_a_ledger_is_empty(env):
+    result = run_lockrun(env, "history", "--json")
+    assert (result.returncode, json.loads(result.stdout)) == (0, [])
+    human = run_lockrun(env, "history")
+    assert human.returncode == 0 and "no runs" in human.stdout
