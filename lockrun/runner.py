@@ -177,9 +177,14 @@ class Run:
         """The lease, or the holder that kept us out until --wait ran out (or a signal came)."""
         opts = self.options
         give_up_at = time.monotonic() + opts.wait
-        info = self._holder_info()
         while True:
-            result = backend.acquire(opts.name, self.token, opts.ttl, info)
+            try:
+                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info())
+            except BackendUnavailable:
+                # The script may have run even though its reply never came back: give back
+                # whatever our token holds rather than leave it stuck for a whole TTL.
+                self._forget(backend, opts.name)
+                raise
             left = give_up_at - time.monotonic()
             if isinstance(result, Lease) or supervisor.received or left <= 0:
                 return result
@@ -187,6 +192,12 @@ class Run:
             # expired (a crashed holder pushes nothing), and at most a second.
             expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else 1.0
             backend.wait_for_release(opts.name, min(left, expiry + 0.005, 1.0))
+
+    def _forget(self, backend: Backend, name: str) -> None:
+        try:
+            backend.release(Lease(name=name, token=self.token, fencing_token=0, ttl=self.options.ttl, sent_at=0.0))
+        except BackendUnavailable:
+            pass
 
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
         opts = self.options
