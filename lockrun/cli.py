@@ -7,11 +7,11 @@ exceptions into a message line and an exit code.
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timedelta, timezone
 
 import click
 
 from lockrun import __version__, settings
+from lockrun.clock import iso_ago
 from lockrun.errors import ExitCode, LedgerError, LockrunError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -184,38 +184,76 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, verb
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
         report=report,
+        ledger_keep_days=resolved.ledger_keep_days,
     ).execute()
     ctx.exit(outcome.exit_code)
 
 
-# --- status and history ---------------------------------------------------------------------------
+# --- status, unlock, history, prune ----------------------------------------------------------------
 
 
 def _open_ledger_for_reading(path):
+    """The ledger if there is one; a ledger that exists but cannot be read is one warning line."""
     from lockrun.ledger import Ledger
 
+    if not path.exists():
+        return None
     try:
         return Ledger(path).open(create=False)
-    except LedgerError:
+    except LedgerError as exc:
+        _say(f"warning: cannot read the run ledger ({exc})")
         return None
 
 
+def complete_lock_names(ctx, param, incomplete):
+    """Shell completion: the names of held locks; silently nothing when the backend is unreachable."""
+    try:
+        from lockrun.backends import open_backend
+
+        params = ctx.params
+        resolved = _resolve(params.get("config"), params.get("redis_url"), params.get("prefix"), params.get("ledger"))
+        backend = open_backend(resolved.redis_url, resolved.prefix, 0.5)
+        try:
+            names = backend.lock_names()
+        finally:
+            backend.close()
+    except Exception:  # noqa: BLE001 - completion must never print an error
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
 @cli.command(context_settings=CONTEXT)
-@click.argument("names", nargs=-1, type=LockName(), metavar="[NAME]...")
+@click.argument("names", nargs=-1, type=LockName(), metavar="[NAME]...", shell_complete=complete_lock_names)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (contract §9).")
 @global_options
 @click.pass_context
 def status(ctx, names, as_json, config, redis_url, prefix, ledger):
-    """Show who holds which lock, and the last run of each."""
+    """Show who holds which lock, whether the holder is alive, and the last run.
+
+    \b
+      lockrun status                 # every held lock
+      lockrun status nightly-dump    # one lock, held or not
+      lockrun status --json
+
+    A holder is a zombie when its process is gone from this host, or its
+    heartbeat has missed two renewals. Exits 69 when the backend is unreachable,
+    after printing what the ledger knows.
+    """
     from lockrun import render
     from lockrun.backends import open_backend
-    from lockrun.status import lock_states
+    from lockrun.errors import BackendUnavailable
+    from lockrun.status import ledger_view, lock_states
 
     resolved = _resolve(config, redis_url, prefix, ledger)
     backend = open_backend(resolved.redis_url, resolved.prefix, 5.0)
     book = _open_ledger_for_reading(resolved.ledger_path)
+    wanted = list(names) if names else None
+    error = None
     try:
-        locks = lock_states(backend, book, list(names) if names else None)
+        locks = lock_states(backend, book, wanted)
+    except BackendUnavailable as exc:
+        error = exc
+        locks = ledger_view(book, wanted)
     finally:
         backend.close()
         if book is not None:
@@ -223,33 +261,103 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
     if as_json:
         render.print_json({"backend": backend.name, "locks": locks})
     else:
-        render.status_table(backend.name, resolved.redacted_url or "", locks)
+        render.status_table(backend.name, resolved.redacted_url or "", locks, unreachable=error is not None)
+    if error is not None:
+        raise error
     ctx.exit(0)
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("name", required=False, type=LockName())
-@click.option("--limit", type=click.IntRange(min=1), metavar="N", default=20, show_default=True, help="Show at most N runs.")
-@click.option("--status", "status_filter", type=click.Choice(
-    ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "killed", "unavailable",
-     "error", "unlocked", "abandoned"]), help="Only runs with this status.")
+@click.argument("name", type=LockName(), shell_complete=complete_lock_names)
+@click.option("--force", is_flag=True, help="Clear it even if the holder looks alive (its command is then stopped).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@global_options
+@click.pass_context
+def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
+    """Clear a lock whose holder crashed (a zombie), never a live one unless --force.
+
+    \b
+      lockrun unlock sync-invoices          # shows the holder, asks, clears a zombie
+      lockrun unlock sync-invoices --yes    # no question (scripts)
+      lockrun unlock sync-invoices --force  # clear a live holder too
+
+    Only the exact token that was inspected is deleted: a lock taken again in
+    the meantime is left alone. Exits 0 when the lock is gone afterwards, 1 when
+    it refused.
+    """
+    from lockrun import unlock as unlocking
+    from lockrun.backends import open_backend
+
+    resolved = _resolve(config, redis_url, prefix, ledger)
+    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0)
+    try:
+        inspection = unlocking.inspect(backend, name)
+        for line in inspection.describe():
+            click.echo(line)
+        if not inspection.held:
+            ctx.exit(0)
+        if not inspection.zombie and not force:
+            _say(f"refusing to clear {name!r}: its holder looks alive, and clearing it could run the job twice;"
+                 " if you are sure, run: lockrun unlock --force " + name)
+            ctx.exit(1)
+        if not yes:
+            if not sys.stdin.isatty():
+                _say(f"refusing to clear {name!r} without confirmation: no terminal to ask on; pass --yes")
+                ctx.exit(1)
+            question = "Clear this live lock? Its command will be stopped" if not inspection.zombie else "Clear it?"
+            if not click.confirm(question, default=False):
+                _say(f"{name!r} was not cleared")
+                ctx.exit(1)
+        cleared, warning = unlocking.clear(backend, inspection, resolved.ledger_path,
+                                           ["lockrun", "unlock", name] + (["--force"] if force else []))
+        if warning:
+            _say(warning)
+        if cleared:
+            click.echo(f"cleared {name!r}")
+            ctx.exit(0)
+        after = unlocking.inspect(backend, name)
+    finally:
+        backend.close()
+    if not after.held:
+        click.echo(f"{name!r} was released meanwhile; nothing left to clear")
+        ctx.exit(0)
+    _say(f"{name!r} changed hands after it was inspected (new holder {after.holder.host}:{after.holder.pid});"
+         " nothing was cleared")
+    ctx.exit(1)
+
+
+STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "killed",
+                  "unavailable", "error", "unlocked", "abandoned"]
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("name", required=False, type=LockName(), shell_complete=complete_lock_names)
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", default=20, show_default=True,
+              help="Show at most N runs.")
+@click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
 @click.option("--since", type=Duration(), help="Only runs started within DURATION (90m, 12h, 7d).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (contract §8).")
 @global_options
 @click.pass_context
 def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, prefix, ledger):
-    """Show the runs recorded in the ledger, newest first."""
+    """Show the runs recorded in the ledger, newest first.
+
+    \b
+      lockrun history                           # the last 20 runs
+      lockrun history sync-invoices --since 7d
+      lockrun history --status failed --json
+
+    Needs no backend: it reads the local ledger only.
+    """
     from lockrun import render
 
     resolved = _resolve(config, redis_url, prefix, ledger)
     book = _open_ledger_for_reading(resolved.ledger_path)
     rows = []
     if book is not None:
-        since_iso = None
-        if since is not None:
-            since_iso = (datetime.now(timezone.utc) - timedelta(seconds=since)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
-            rows = book.history(name, limit=limit, status=status_filter, since=since_iso)
+            rows = book.history(name, limit=limit, status=status_filter,
+                                since=iso_ago(since) if since is not None else None)
         finally:
             book.close()
     if as_json:
@@ -257,6 +365,41 @@ def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, 
     else:
         render.history_table(rows)
     ctx.exit(0)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--older-than", type=Duration(), required=True, help="Delete finished runs older than DURATION.")
+@global_options
+@click.pass_context
+def prune(ctx, older_than, config, redis_url, prefix, ledger):
+    """Delete old runs from the ledger (never running ones).
+
+    \b
+      lockrun prune --older-than 90d
+
+    The config key ledger_keep_days does this automatically, at most once an hour.
+    """
+    from lockrun.ledger import Ledger
+
+    resolved = _resolve(config, redis_url, prefix, ledger)
+    if not resolved.ledger_path.exists():
+        click.echo(f"no ledger at {resolved.ledger_path}; nothing to prune")
+        ctx.exit(0)
+    book = Ledger(resolved.ledger_path).open(create=False)
+    try:
+        count = book.prune(iso_ago(older_than))
+    finally:
+        book.close()
+    click.echo(f"pruned {count} run{'s' if count != 1 else ''} older than {_duration_text(older_than)}"
+               f" from {resolved.ledger_path}")
+    ctx.exit(0)
+
+
+def _duration_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -286,6 +429,9 @@ def main(argv: list[str] | None = None) -> None:
     except LockrunError as exc:
         _say(str(exc))
         code = exc.exit_code
+    except LedgerError as exc:  # only commands whose whole job is the ledger let this through
+        _say(str(exc))
+        code = 1
     except BrokenPipeError:
         code = 0
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Callable
 
 from lockrun.backends import Backend, Lease
+from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable
-
-
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def safety_margin(ttl: float) -> float:

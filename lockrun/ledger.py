@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockrun import host as this_host
+from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 
 SCHEMA_VERSION = 1
@@ -60,7 +61,8 @@ _MIGRATIONS = {
         );
         CREATE INDEX IF NOT EXISTS runs_name_started ON runs (name, started_at);
         CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
-        CREATE INDEX IF NOT EXISTS runs_status ON runs (status);
+        CREATE INDEX IF NOT EXISTS runs_status ON runs (status, started_at);
+        CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
 }
 
@@ -229,8 +231,40 @@ class Ledger:
             (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, run_id),
         )
 
-    def set_fencing_token(self, run_id: str, fencing_token: int) -> None:
-        self._write("UPDATE runs SET fencing_token = ? WHERE run_id = ?", (fencing_token, run_id))
+    def record_event(self, run: RunRecord, *, status: str, note: str | None = None) -> None:
+        """A finished row in one write, for things that are over at once (``unlock``)."""
+        self.start(run)
+        self.finish(run.run_id, status=status, ended_at=run.started_at, duration_s=0.0, note=note)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def prune(self, older_than: str) -> int:
+        """Delete finished rows started before the ISO time ``older_than``; never running ones."""
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        try:
+            cursor = self._retry_locked(
+                lambda: self._db.execute(
+                    "DELETE FROM runs WHERE started_at < ? AND status != 'running'", (older_than,)
+                )
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        return cursor.rowcount
+
+    def prune_now_and_then(self, older_than: str, every_s: float = 3600.0) -> int | None:
+        """Prune at most once per ``every_s`` across all runs sharing this ledger.
+
+        One indexed read per run decides; the DELETE itself runs about once an hour.
+        """
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'last_prune'").fetchone()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        if row is not None and parse_iso(row[0]) is not None and seconds_since(row[0]) < every_s:
+            return None
+        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_prune', ?)", (utc_now_iso(),))
+        return self.prune(older_than)
 
     # -- reads --------------------------------------------------------------------------
 

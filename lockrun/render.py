@@ -6,6 +6,22 @@ import json
 import os
 import sys
 
+from lockrun.clock import human_duration, seconds_since
+
+STATE_STYLES = {"held": "green", "zombie": "bold red", "free": "dim", "unknown": "yellow"}
+STATUS_STYLES = {
+    "succeeded": "green",
+    "failed": "red",
+    "lost": "bold red",
+    "timeout": "red",
+    "killed": "red",
+    "error": "red",
+    "unavailable": "yellow",
+    "abandoned": "yellow",
+    "busy": "dim",
+    "running": "cyan",
+}
+
 
 def print_json(value) -> None:
     sys.stdout.write(json.dumps(value, indent=2) + "\n")
@@ -14,81 +30,88 @@ def print_json(value) -> None:
 def _console():
     from rich.console import Console
 
-    # rich already honours NO_COLOR and drops colour when stdout is not a terminal.
-    return Console(no_color="NO_COLOR" in os.environ, highlight=False)
+    # rich honours NO_COLOR and FORCE_COLOR itself, and drops colour when stdout is
+    # not a terminal. Piped tables must not be cut to 80 columns for grep and awk.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 0) or 250
+    return Console(highlight=False, width=width, soft_wrap=False)
 
 
-def _short(command: list[str] | None, width: int = 40) -> str:
-    text = " ".join(command or [])
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    value = float(value)
-    if value < 60:
-        return f"{value:.1f}s"
-    if value < 3600:
-        return f"{value / 60:.1f}m"
-    if value < 86400:
-        return f"{value / 3600:.1f}h"
-    return f"{value / 86400:.1f}d"
-
-
-def status_table(backend: str, where: str, locks: list[dict]) -> None:
+def _table(*columns: str):
     from rich.table import Table
 
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=48 if column == "COMMAND" else None)
+    return table
+
+
+def _styled(text: str, style: str | None) -> str:
+    from rich.markup import escape
+
+    return f"[{style}]{escape(text)}[/]" if style else escape(text)
+
+
+def _when(iso: str | None) -> str:
+    """``2026-11-29 08:57:03Z``: UTC like the ledger, to the second."""
+    return f"{iso[:10]} {iso[11:19]}Z" if iso else "-"
+
+
+def _command(command: list[str] | None) -> str:
+    return " ".join(command or []) or "-"
+
+
+def status_table(backend: str, where: str, locks: list[dict], unreachable: bool = False) -> None:
+    from rich.markup import escape
+
     console = _console()
-    console.print(f"backend: {backend}" + (f" ({where})" if where else ""))
+    console.print(escape(f"backend: {backend}" + (f" {where}" if where else "")))
+    if unreachable:
+        console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
     if not locks:
-        console.print("no locks are held")
+        console.print("no locks are held" if not unreachable else "the ledger knows of no run in progress")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "STATE", "HOLDER", "STARTED", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN"):
-        table.add_column(column)
+    table = _table("NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN")
     for lock in locks:
         last = lock.get("last_run")
-        last_text = f"{last['status']} ({last['exit_code']}) {last['ended_at'] or ''}" if last else "-"
-        holder = f"{lock['host']}:{lock['pid']}" if lock["host"] else "-"
-        state_style = {"held": "green", "zombie": "bold red", "free": "dim"}.get(lock["state"], "")
+        if last:
+            code = last["exit_code"] if last["exit_code"] is not None else (
+                f"sig {last['signal']}" if last["signal"] is not None else "-")
+            last_text = f"{last['status']} ({code}) {human_duration(seconds_since(last['ended_at'] or last['started_at']))} ago"
+        else:
+            last_text = "-"
+        heartbeat = lock["heartbeat_age_s"]
         table.add_row(
-            lock["name"],
-            f"[{state_style}]{lock['state']}[/]" if state_style else lock["state"],
-            holder,
-            lock["started_at"] or "-",
-            _seconds(lock["ttl_remaining_s"]),
-            _seconds(lock["heartbeat_age_s"]) + (" ago" if lock["heartbeat_age_s"] is not None else ""),
-            _short(lock["command"]),
-            last_text,
+            _styled(lock["name"], None),
+            _styled(lock["state"], STATE_STYLES.get(lock["state"])),
+            _styled(f"{lock['host']}:{lock['pid']}" if lock["host"] else "-", None),
+            human_duration(seconds_since(lock["started_at"])),
+            human_duration(lock["ttl_remaining_s"]),
+            f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
+            _styled(_command(lock["command"]), None),
+            _styled(last_text, STATUS_STYLES.get(last["status"]) if last else None),
         )
     console.print(table)
 
 
 def history_table(rows: list[dict]) -> None:
-    from rich.table import Table
-
     console = _console()
     if not rows:
         console.print("no runs recorded")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("WHEN", "NAME", "STATUS", "EXIT", "DURATION", "HOST", "RUN ID", "COMMAND"):
-        table.add_column(column)
-    colours = {"succeeded": "green", "failed": "red", "lost": "bold red", "timeout": "red", "abandoned": "yellow"}
+    table = _table("WHEN", "NAME", "STATUS", "EXIT", "DURATION", "HOST", "RUN ID", "COMMAND")
     for row in rows:
-        exit_text = str(row["exit_code"]) if row["exit_code"] is not None else (
-            f"sig {row['signal']}" if row["signal"] is not None else "-"
-        )
-        style = colours.get(row["status"])
+        if row["exit_code"] is not None:
+            exit_text = str(row["exit_code"])
+        else:
+            exit_text = f"sig {row['signal']}" if row["signal"] is not None else "-"
         table.add_row(
-            row["started_at"],
-            row["name"],
-            f"[{style}]{row['status']}[/]" if style else row["status"],
+            _when(row["started_at"]),
+            _styled(row["name"], None),
+            _styled(row["status"], STATUS_STYLES.get(row["status"])),
             exit_text,
-            _seconds(row["duration_s"]),
-            row["host"],
+            human_duration(row["duration_s"]),
+            _styled(row["host"], None),
             row["run_id"][:8],
-            _short(row["command"]),
+            _styled(_command(row["command"]), None),
         )
     console.print(table)

@@ -21,7 +21,8 @@ from typing import Callable
 from lockrun import host
 from lockrun.backends import Backend, Holder, Lease, call_timeout_for
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
-from lockrun.keeper import Keeper, utc_now_iso
+from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
+from lockrun.keeper import Keeper
 from lockrun.ledger import Ledger, RunRecord
 from lockrun.supervisor import ChildExit, Supervisor, check_runnable
 
@@ -54,6 +55,17 @@ class Outcome:
     note: str | None = None
 
 
+def busy_message(holder: Holder) -> str:
+    """The line operators ask for on a skip: who, for how long, until when, how to clear it."""
+    age = human_duration(seconds_since(holder.started_at))
+    expires = human_duration(holder.ttl_remaining_s)
+    run = f", run {holder.run_id[:8]}" if holder.run_id else ""
+    return (
+        f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run},"
+        f" lease expires in {expires}; if that holder crashed: lockrun unlock {holder.name}"
+    )
+
+
 class Run:
     def __init__(
         self,
@@ -63,12 +75,14 @@ class Run:
         ledger_path,
         backend_name: str,
         report: Report,
+        ledger_keep_days: int | None = None,
     ) -> None:
         self.options = options
         self.backend_factory = backend_factory
         self.ledger_path = ledger_path
         self.backend_name = backend_name
         self.report = report
+        self.ledger_keep_days = ledger_keep_days
         self.run_id = uuid.uuid4().hex
         self.token = secrets.token_hex(16)  # 128 random bits, never reused
         self.ledger: Ledger | None = None
@@ -119,6 +133,9 @@ class Run:
                 note=outcome.note,
             ),
         )
+        if self.ledger_keep_days:
+            keep_s = self.ledger_keep_days * 86400.0
+            self._ledger_call("prune", lambda ledger: ledger.prune_now_and_then(iso_ago(keep_s)))
         if self.ledger is not None:
             self.ledger.close()
 
@@ -211,7 +228,7 @@ class Run:
             return Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
         if isinstance(got, Holder):
             note = f"held by {got.describe()}"
-            self.report("info", f"lock {opts.name!r} is busy: {note}")
+            self.report("info", busy_message(got))
             return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note)
         lease = got
         try:

@@ -124,6 +124,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "ledger": ((str,), "a string (path of the SQLite ledger)"),
     "state_dir": ((str,), "a string (directory)"),
     "ttl": ((int, float), "a number of seconds >= 1"),
+    "ledger_keep_days": ((int,), "a whole number of days >= 1"),
 }
 
 
@@ -180,6 +181,8 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
         if key == "ttl" and not (math.isfinite(value) and value >= 1):
             raise ConfigError(f"config file {where}: ttl must be {expected}")
+        if key == "ledger_keep_days" and value < 1:
+            raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
         if key == "redis_url":
             try:
                 validate_redis_url(value, ConfigError)
@@ -201,6 +204,7 @@ class Settings:
     ledger_path: Path
     ttl: float
     config_path: Path | None
+    ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
 
     @property
     def backend_name(self) -> str:
@@ -242,4 +246,5 @@ def resolve(
         ledger_path=ledger_path,
         ttl=float(ttl if ttl is not None else file.get("ttl", DEFAULT_TTL)),
         config_path=config_path,
+        ledger_keep_days=file.get("ledger_keep_days"),
     )

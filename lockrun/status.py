@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from lockrun import host
 from lockrun.backends import Backend, Holder
+from lockrun.clock import seconds_since
 from lockrun.ledger import Ledger
 from lockrun.errors import LedgerError
 
 
-def heartbeat_age(heartbeat_at: str | None, now: datetime | None = None) -> float | None:
-    if not heartbeat_at:
-        return None
-    try:
-        then = datetime.strptime(heartbeat_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    return round(((now or datetime.now(timezone.utc)) - then).total_seconds(), 3)
+def zombie_reason(holder: Holder, age: float | None) -> str | None:
+    """Why a holder is certainly dead, or has missed two renewals and a margin; None if it looks alive.
 
-
-def is_zombie(holder: Holder, age: float | None) -> bool:
-    """A holder that is certainly dead, or whose keeper has missed two renewals and a margin."""
+    When in doubt the answer is None: a live lock cleared by mistake is a double run.
+    """
     if host.known_dead(holder.host, holder.boot_id, holder.pid, holder.pid_start):
-        return True
+        return f"its lockrun process {holder.pid} no longer runs on this host"
     if age is None or not holder.ttl_ms:
-        return False
+        return None
     ttl = holder.ttl_ms / 1000.0
-    return age > 2 * ttl / 3 + max(0.5, 0.1 * ttl)
+    if age > 2 * ttl / 3 + max(0.5, 0.1 * ttl):
+        return f"its last heartbeat was {age:.1f}s ago (renewals are due every {ttl / 3:.1f}s)"
+    return None
 
 
 def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
@@ -38,10 +32,10 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
              "heartbeat_age_s", "ttl_remaining_s"),
         )
         return {"name": name, "state": "free", **fields, "last_run": last_run}
-    age = heartbeat_age(holder.heartbeat_at)
+    age = seconds_since(holder.heartbeat_at)
     return {
         "name": name,
-        "state": "zombie" if is_zombie(holder, age) else "held",
+        "state": "zombie" if zombie_reason(holder, age) else "held",
         "token": holder.token,
         "run_id": holder.run_id,
         "host": holder.host,
@@ -62,11 +56,38 @@ def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None
     wanted = sorted(held) if names is None else list(dict.fromkeys(names))
     entries = []
     for name in wanted:
-        last_run = None
-        if ledger is not None:
-            try:
-                last_run = ledger.last_finished(name)
-            except LedgerError:
-                last_run = None
+        last_run = _last_finished(ledger, name) if ledger is not None else None
         entries.append(lock_entry(name, held.get(name), last_run))
     return entries
+
+
+def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[dict]:
+    """What the ledger alone knows, for when the backend cannot be asked.
+
+    Runs in progress on this host are listed with state ``unknown``: without the
+    backend nobody can tell whether their leases still hold.
+    """
+    if ledger is None:
+        return []
+    try:
+        running = ledger.history(status="running", limit=100000)
+    except LedgerError:
+        return []
+    by_name = {row["name"]: row for row in reversed(running)}
+    wanted = sorted(by_name) if names is None else list(dict.fromkeys(names))
+    entries = []
+    for name in wanted:
+        entry = lock_entry(name, None, _last_finished(ledger, name))
+        row = by_name.get(name)
+        entry["state"] = "unknown"
+        if row is not None:
+            entry.update({key: row[key] for key in ("run_id", "host", "pid", "command", "started_at")})
+        entries.append(entry)
+    return entries
+
+
+def _last_finished(ledger: Ledger, name: str) -> dict | None:
+    try:
+        return ledger.last_finished(name)
+    except LedgerError:
+        return None

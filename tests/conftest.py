@@ -7,14 +7,17 @@ can run side by side. The machine's own Redis is never touched.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -167,3 +170,36 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def in_pty(env, *args):
+    """Start lockrun as a session leader with a pseudo-terminal as its controlling terminal."""
+    master, slave = os.openpty()
+
+    def take_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        lockrun_argv(*args), env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=take_terminal
+    )
+    os.close(slave)
+    return proc, master
+
+
+def read_until(master, needle: bytes, timeout: float = 15.0) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out waiting for {needle!r}; saw {seen!r}"
+        ready, _, _ = select.select([master], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(master, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen

@@ -105,6 +105,8 @@ def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
         ('redis_url = "http://x"', "invalid Redis URL"),
         ("ttl = true", "ttl must be"),
         ("prefix = 3", "prefix must be a string"),
+        ("ledger_keep_days = 0", "ledger_keep_days must be"),
+        ("ledger_keep_days = 1.5", "ledger_keep_days must be"),
     ],
 )
 def test_bad_config_files(tmp_path, text, message):

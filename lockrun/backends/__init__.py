@@ -65,6 +65,9 @@ class Backend(Protocol):
     def release(self, lease: Lease) -> bool:
         """Delete the lock if we still own it and wake one waiter. False: it was not ours."""
 
+    def clear(self, name: str, token: str) -> bool:
+        """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter."""
+
     def wait_for_release(self, name: str, timeout: float) -> None:
         """Block until a release of ``name`` is announced or ``timeout`` passes."""
 

@@ -203,8 +203,12 @@ class RedisBackend:
         return int(reply) == 1
 
     def release(self, lease: Lease) -> bool:
-        keys = lock_keys(self.prefix, lease.name)
-        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [lease.token, WAKE_TTL_MS])
+        return self.clear(lease.name, lease.token)
+
+    def clear(self, name: str, token: str) -> bool:
+        """Delete the lock only if it still holds ``token``, and wake one waiter."""
+        keys = lock_keys(self.prefix, name)
+        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [token, WAKE_TTL_MS])
         return int(reply) == 1
 
     def wait_for_release(self, name: str, timeout: float) -> None:

@@ -1,0 +1,47 @@
+"""Wall-clock timestamps as lockrun stores them: ISO 8601 UTC, fixed width, so they sort as text.
+
+Deadlines never use these: they live on the monotonic clock (see keeper.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime(ISO_FORMAT)
+
+
+def iso_ago(seconds: float) -> str:
+    """The timestamp ``seconds`` before now."""
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime(ISO_FORMAT)
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, ISO_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def seconds_since(text: str | None, now: datetime | None = None) -> float | None:
+    """Age of a stored timestamp in seconds, or None if it cannot be read."""
+    then = parse_iso(text)
+    if then is None:
+        return None
+    return round(((now or datetime.now(timezone.utc)) - then).total_seconds(), 3)
+
+
+def human_duration(seconds: float | None) -> str:
+    """``42.0s``, ``3.5m``, ``2.1h``, ``4.0d``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    value = float(seconds)
+    for limit, unit, size in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600)):
+        if abs(value) < limit:
+            return f"{value / size:.1f}{unit}"
+    return f"{value / 86400:.1f}d"

@@ -1,0 +1,103 @@
+"""Clearing a lock safely: inspect, judge liveness, then compare-and-delete exactly the token inspected.
+
+A lock re-acquired between the inspection and the delete holds a new token, so
+the delete leaves it alone. Every clear is recorded in the ledger.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+
+from lockrun import host
+from lockrun.backends import Backend, Holder
+from lockrun.clock import human_duration, seconds_since, utc_now_iso
+from lockrun.errors import LedgerError
+from lockrun.ledger import Ledger, RunRecord
+from lockrun.status import zombie_reason
+
+
+@dataclass(frozen=True)
+class Inspection:
+    name: str
+    holder: Holder | None
+    heartbeat_age_s: float | None = None
+    zombie_reason: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None
+
+    @property
+    def zombie(self) -> bool:
+        return self.zombie_reason is not None
+
+    def describe(self) -> list[str]:
+        """Lines for the operator: who holds it, since when, and whether it looks alive."""
+        h = self.holder
+        if h is None:
+            return [f"{self.name!r} is not held"]
+        token = (h.token or "")[:8]
+        lines = [
+            f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
+            f"  command:   {' '.join(h.command) or '?'}",
+            f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
+            f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago; lease expires in {human_duration(h.ttl_remaining_s)}",
+        ]
+        if self.zombie:
+            lines.append(f"  state:     zombie: {self.zombie_reason}")
+        else:
+            lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
+        return lines
+
+
+def inspect(backend: Backend, name: str) -> Inspection:
+    holders = backend.holders([name])
+    if not holders:
+        return Inspection(name=name, holder=None)
+    holder = holders[0]
+    age = seconds_since(holder.heartbeat_at)
+    return Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=zombie_reason(holder, age))
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{host.hostname()} pid {os.getpid()}"
+
+
+def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]) -> tuple[bool, str | None]:
+    """Delete the lock if it still holds the inspected token; record it.
+
+    Returns (cleared, warning about the ledger or None).
+    """
+    holder = inspection.holder
+    if holder is None or not holder.token:
+        return False, None
+    if not backend.clear(inspection.name, holder.token):
+        return False, None
+    kind = "zombie" if inspection.zombie else "live (forced)"
+    note = (
+        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {holder.token[:8]}"
+        f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
+    )
+    record = RunRecord(
+        run_id=os.urandom(16).hex(),
+        name=inspection.name,
+        command=argv,
+        backend=backend.name,
+        started_at=utc_now_iso(),
+        pid_start=host.process_start(os.getpid()),
+    )
+    try:
+        ledger = Ledger(ledger_path).open()
+        try:
+            ledger.record_event(record, status="unlocked", note=note)
+        finally:
+            ledger.close()
+    except LedgerError as exc:
+        return True, f"the lock was cleared but the ledger could not record it ({exc})"
+    return True, None
