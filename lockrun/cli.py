@@ -143,12 +143,16 @@ def cli() -> None:
               help="What to do when the lease cannot be kept.")
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
+@click.option("--once", "once", metavar="KEY",
+              help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
+@click.option("--remember", type=Duration(), default=settings.DEFAULT_REMEMBER, show_default=True,
+              help="How long a succeeded --once key is kept.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, verbose, quiet,
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, verbose, quiet,
         config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
 
@@ -160,8 +164,6 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, verb
 
     argv = list(command)
     resolved = _resolve(config, redis_url, prefix, ledger, ttl)
-    if not resolved.redis_url:
-        open_backend(None, resolved.prefix, 1.0)  # raises the "configure a URL" error
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -171,6 +173,8 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, verb
         kill_after=kill_after,
         on_lost=on_lost,
         busy_exit_code=busy_exit_code,
+        once_key=settings.expand_once_key(once) if once is not None else None,
+        remember=remember,
     )
 
     def report(level: str, message: str) -> None:
@@ -180,7 +184,9 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, verb
 
     outcome = Run(
         options,
-        backend_factory=lambda timeout_s: open_backend(resolved.redis_url, resolved.prefix, timeout_s),
+        backend_factory=lambda timeout_s: open_backend(
+            resolved.redis_url, resolved.prefix, timeout_s, resolved.state_dir
+        ),
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
         report=report,
@@ -212,7 +218,7 @@ def complete_lock_names(ctx, param, incomplete):
 
         params = ctx.params
         resolved = _resolve(params.get("config"), params.get("redis_url"), params.get("prefix"), params.get("ledger"))
-        backend = open_backend(resolved.redis_url, resolved.prefix, 0.5)
+        backend = open_backend(resolved.redis_url, resolved.prefix, 0.5, resolved.state_dir)
         try:
             names = backend.lock_names()
         finally:
@@ -245,7 +251,7 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
     from lockrun.status import ledger_view, lock_states
 
     resolved = _resolve(config, redis_url, prefix, ledger)
-    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0)
+    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0, resolved.state_dir)
     book = _open_ledger_for_reading(resolved.ledger_path)
     wanted = list(names) if names else None
     error = None
@@ -289,7 +295,7 @@ def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
     from lockrun.backends import open_backend
 
     resolved = _resolve(config, redis_url, prefix, ledger)
-    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0)
+    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0, resolved.state_dir)
     try:
         inspection = unlocking.inspect(backend, name)
         for line in inspection.describe():

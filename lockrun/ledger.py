@@ -298,7 +298,10 @@ class Ledger:
         return self._query(sql + " LIMIT ?", (*params, limit))
 
     def last_finished(self, name: str) -> dict | None:
+        """The newest finished run of ``name``; skips and unlocks are not runs."""
         rows = self._query(
-            _SELECT + " WHERE name = ? AND status != 'running' ORDER BY started_at DESC LIMIT 1", (name,)
+            _SELECT + " WHERE name = ? AND status NOT IN ('running', 'busy', 'duplicate', 'unlocked')"
+            " ORDER BY started_at DESC LIMIT 1",
+            (name,),
         )
         return rows[0] if rows else None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lockrun import host
-from lockrun.backends import Backend, Holder, Lease, call_timeout_for
+from lockrun.backends import Backend, Duplicate, Holder, Lease, OnceKey, call_timeout_for
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
 from lockrun.keeper import Keeper
@@ -42,6 +42,8 @@ class RunOptions:
     kill_after: float = 10.0
     on_lost: str = "terminate"  # or "continue"
     busy_exit_code: int = ExitCode.BUSY
+    once_key: str | None = None  # already strftime-expanded
+    remember: float = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,13 @@ class Outcome:
 def busy_message(holder: Holder) -> str:
     """The line operators ask for on a skip: who, for how long, until when, how to clear it."""
     age = human_duration(seconds_since(holder.started_at))
-    expires = human_duration(holder.ttl_remaining_s)
     run = f", run {holder.run_id[:8]}" if holder.run_id else ""
+    who = f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"
+    if holder.ttl_remaining_s is None:  # a kernel lock: it cannot outlive its holder
+        return f"{who}; it is freed when that process exits"
     return (
-        f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run},"
-        f" lease expires in {expires}; if that holder crashed: lockrun unlock {holder.name}"
+        f"{who}, lease expires in {human_duration(holder.ttl_remaining_s)};"
+        f" if that holder crashed: lockrun unlock {holder.name}"
     )
 
 
@@ -115,6 +119,7 @@ class Run:
             backend=self.backend_name,
             started_at=self.started_wall,
             pid_start=host.process_start(os.getpid()),
+            once_key=self.options.once_key,
         )
         self._ledger_call("write to", lambda ledger: ledger.start(record))
 
@@ -190,20 +195,21 @@ class Run:
             "ttl_ms": str(int(self.options.ttl * 1000)),
         }
 
-    def _acquire(self, backend: Backend, supervisor: Supervisor) -> Lease | Holder:
-        """The lease, or the holder that kept us out until --wait ran out (or a signal came)."""
+    def _acquire(self, backend: Backend, supervisor: Supervisor) -> Lease | Holder | Duplicate:
+        """The lease, the holder that kept us out until --wait ran out (or a signal came), or a duplicate."""
         opts = self.options
+        once = OnceKey(opts.once_key, opts.remember) if opts.once_key else None
         give_up_at = time.monotonic() + opts.wait
         while True:
             try:
-                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info())
+                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once)
             except BackendUnavailable:
                 # The script may have run even though its reply never came back: give back
                 # whatever our token holds rather than leave it stuck for a whole TTL.
                 self._forget(backend, opts.name)
                 raise
             left = give_up_at - time.monotonic()
-            if isinstance(result, Lease) or supervisor.received or left <= 0:
+            if not isinstance(result, Holder) or supervisor.received or left <= 0:
                 return result
             # Sleep until a release wakes us, or until the holder's lease could have
             # expired (a crashed holder pushes nothing), and at most a second.
@@ -226,6 +232,10 @@ class Run:
             error = f"interrupted by signal {signum} before the command started"
             self.report("error", error)
             return Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
+        if isinstance(got, Duplicate):
+            note = f"--once key {got.key!r} already succeeded"
+            self.report("info", f"{opts.name!r}: {note}; skipped")
+            return Outcome(exit_code=ExitCode.OK, status="duplicate", note=note)
         if isinstance(got, Holder):
             note = f"held by {got.describe()}"
             self.report("info", busy_message(got))
@@ -237,7 +247,8 @@ class Run:
             self._release(backend, lease)
             raise
         # After a lost lease the release is a formality that may well fail: try once, quietly.
-        self._release(backend, lease, lost=outcome.status == "lost" or outcome.note is not None)
+        lost = outcome.status == "lost" or outcome.note is not None
+        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded")
         return outcome
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
@@ -331,12 +342,12 @@ class Run:
         status = "succeeded" if child.returncode == 0 else "failed"
         return Outcome(exit_code=child.returncode, status=status, note=lost_note, **common)
 
-    def _release(self, backend: Backend, lease: Lease, lost: bool = False) -> None:
-        """Compare-and-delete, retried a little; the token is kept until it is confirmed."""
+    def _release(self, backend: Backend, lease: Lease, lost: bool = False, succeeded: bool = False) -> None:
+        """Compare-and-delete (marking a --once key done), retried a little; the token is kept until then."""
         last_error = None
-        for attempt in range(1 if lost else RELEASE_ATTEMPTS):
+        for attempt in range(1 if lost and not succeeded else RELEASE_ATTEMPTS):
             try:
-                released = backend.release(lease)
+                released = backend.release(lease, succeeded=succeeded)
             except BackendUnavailable as exc:
                 last_error = exc
                 time.sleep(0.05 * (attempt + 1))

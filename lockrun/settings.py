@@ -44,6 +44,21 @@ def validate_name(name: str) -> str:
     return name
 
 
+ONCE_KEY_RULE = "1 to 200 characters from A-Z a-z 0-9 . _ : @ / - after strftime expansion"
+_ONCE_KEY_RE = re.compile(r"[A-Za-z0-9._:@/\-]{1,200}")
+DEFAULT_REMEMBER = "30d"
+
+
+def expand_once_key(template: str) -> str:
+    """``report-%Y-%m-%d`` -> ``report-2026-11-29`` (local time, like cron)."""
+    import time
+
+    key = time.strftime(template)
+    if not _ONCE_KEY_RE.fullmatch(key):
+        raise UsageError(f"invalid --once key {template!r} (expands to {key!r}): use {ONCE_KEY_RULE}")
+    return key
+
+
 def default_name(argv: list[str]) -> str:
     """``cmd-`` + 12 hex of sha256 over the argv joined by NUL.
 

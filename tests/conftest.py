@@ -125,9 +125,8 @@ def redis_server():
     server.cleanup()
 
 
-@pytest.fixture
-def env(tmp_path, redis_server):
-    """An environment for lockrun subprocesses: this test's Redis, state dir and config only."""
+def _isolated_env(tmp_path) -> dict:
+    """lockrun settings from this test only: its own state dir, an empty config, no inherited LOCKRUN_*."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
     config = tmp_path / "config.toml"
     config.write_text("")
@@ -135,9 +134,28 @@ def env(tmp_path, redis_server):
         HOME=str(tmp_path / "home"),
         LOCKRUN_STATE_DIR=str(tmp_path / "state"),
         LOCKRUN_CONFIG=str(config),
-        LOCKRUN_REDIS_URL=redis_server.url,
     )
     return base
+
+
+@pytest.fixture
+def env(tmp_path, redis_server):
+    """An environment for lockrun subprocesses using this test's own Redis."""
+    return {**_isolated_env(tmp_path), "LOCKRUN_REDIS_URL": redis_server.url}
+
+
+@pytest.fixture
+def local_env(tmp_path):
+    """An environment for lockrun subprocesses using the local backend (no Redis configured)."""
+    return _isolated_env(tmp_path)
+
+
+@pytest.fixture(params=["redis", "local"])
+def any_env(request, tmp_path):
+    """The shared contract: tests that take this run once per backend."""
+    if request.param == "redis":
+        return request.getfixturevalue("env")
+    return request.getfixturevalue("local_env")
 
 
 def run_lockrun(env: dict, *args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:

@@ -77,10 +77,27 @@ def test_bad_read_command_input(env):
     assert_one_line(run_lockrun(env, "status", "bad name"), 2, "invalid lock name")
 
 
-def test_no_redis_configured_is_a_config_error(env):
-    env.pop("LOCKRUN_REDIS_URL")
+def test_no_redis_configured_uses_the_local_backend(local_env, tmp_path):
+    result = run_lockrun(local_env, "-n", "x", "--", "echo", "hi")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "hi\n", "")
+    assert (tmp_path / "state" / "locks" / "x.lock").exists()
+
+
+def test_unusable_state_dir_is_69(local_env, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    local_env["LOCKRUN_STATE_DIR"] = str(blocker / "state")
+    ran = tmp_path / "ran"
+    result = run_lockrun(local_env, "-q", "-n", "x", "--", "touch", str(ran))
+    assert_one_line(result, 69, "local lock directory")
+    assert not ran.exists()
+
+
+def test_configured_but_unreachable_redis_never_falls_back_to_local(env, tmp_path, redis_server):
+    redis_server.kill()
     result = run_lockrun(env, "-n", "x", "--", "true")
-    assert_one_line(result, 78, "LOCKRUN_REDIS_URL")
+    assert result.returncode == 69
+    assert not (tmp_path / "state" / "locks").exists()
 
 
 def test_config_file_supplies_the_url_and_errors_are_78(env, tmp_path, redis_server):

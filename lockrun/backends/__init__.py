@@ -1,9 +1,10 @@
 """The lock backend protocol and the values that cross it.
 
-A backend hands out leases: ``acquire`` returns a :class:`Lease` or, when the
-lock is taken, the :class:`Holder` that has it. ``renew`` and ``release``
-compare the owner token first, so a lease that was lost (expired, stolen,
-cleared) is never extended or deleted by its former owner.
+A backend hands out leases: ``acquire`` returns a :class:`Lease`, the
+:class:`Holder` that has the lock, or :class:`Duplicate` when a ``--once`` key
+is already done. ``renew`` and ``release`` compare the owner token first, so a
+lease that was lost (expired, stolen, cleared) is never extended or deleted by
+its former owner.
 """
 
 from __future__ import annotations
@@ -19,6 +20,23 @@ class Lease:
     fencing_token: int  # strictly increases with every acquisition of the name
     ttl: float  # seconds
     sent_at: float  # time.monotonic() just before the acquire was sent: the lease starts no later
+    once: OnceKey | None = None  # marked done by a release after a successful command
+
+
+@dataclass(frozen=True)
+class OnceKey:
+    """An idempotency key (already strftime-expanded) and how long a success is remembered."""
+
+    key: str
+    remember_s: float
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """The ``--once`` key had already succeeded: the lock was given back, nothing is to run."""
+
+    name: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -56,14 +74,19 @@ class Holder:
 class Backend(Protocol):
     name: str  # "redis" or "local"
 
-    def acquire(self, name: str, token: str, ttl: float, info: dict[str, str]) -> Lease | Holder:
-        """Take the lock if it is free; else say who holds it. One round trip."""
+    def acquire(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+    ) -> Lease | Holder | Duplicate:
+        """Take the lock if it is free (and ``once`` is not done yet); else say why not. One round trip."""
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
         """Reset the lease to its full TTL if we still own it. False: the lease is gone."""
 
-    def release(self, lease: Lease) -> bool:
-        """Delete the lock if we still own it and wake one waiter. False: it was not ours."""
+    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+        """Delete the lock if we still own it and wake one waiter. False: it was not ours.
+
+        With ``succeeded``, the lease's ``--once`` key is marked done in the same step.
+        """
 
     def clear(self, name: str, token: str) -> bool:
         """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter."""
@@ -86,15 +109,16 @@ def call_timeout_for(ttl: float) -> float:
     return min(5.0, max(0.05, ttl / 5.0))
 
 
-def open_backend(redis_url: str | None, prefix: str, timeout: float) -> Backend:
-    """The backend for these settings. Redis is imported only when it is used."""
-    if not redis_url:
-        from lockrun.errors import ConfigError
+def open_backend(redis_url: str | None, prefix: str, timeout: float, state_dir=None) -> Backend:
+    """Redis when a URL is configured, else the local backend in ``state_dir``.
 
-        raise ConfigError(
-            "no Redis URL configured: set LOCKRUN_REDIS_URL, pass --redis-url, or put redis_url"
-            " in the config file (the local backend is not available yet)"
-        )
+    A configured but unreachable Redis is never replaced by the local backend:
+    that is exit 69. Redis is imported only when it is used.
+    """
+    if not redis_url:
+        from lockrun.backends.local import LocalBackend
+
+        return LocalBackend(state_dir)
     from lockrun.backends.redis import RedisBackend
 
     return RedisBackend(redis_url, prefix, timeout)

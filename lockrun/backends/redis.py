@@ -16,15 +16,21 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection, ConnectionPool, parse_url
 from redis.retry import Retry
 
-from lockrun.backends import Holder, Lease
+from lockrun.backends import Duplicate, Holder, Lease, OnceKey
+from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, UsageError
 from lockrun.settings import redact_url
 
 # Take the lock, bump the fence and describe the holder, all or nothing.
-# KEYS: lock, info, fence. ARGV: token, ttl_ms, then info field/value pairs.
-# Returns {1, fence} when taken, else {0, pttl, info-hash-as-flat-list}.
+# KEYS: lock, info, fence[, done]. ARGV: token, ttl_ms, then info field/value pairs.
+# Returns {1, fence} when taken; {2} when the --once key (KEYS[4]) is already done,
+# in which case the lock is given straight back; else {0, pttl, info-hash-as-flat-list}.
 ACQUIRE_SCRIPT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call('DEL', KEYS[1])
+    return {2}
+  end
   local fence = redis.call('INCR', KEYS[3])
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 3))
@@ -46,9 +52,14 @@ end
 return 0
 """
 
-# Compare-and-delete, then wake one waiter (BLPOP) through a short-lived list.
-# KEYS: lock, info, wake. ARGV: token, wake_ttl_ms. Returns 1 released, 0 not ours.
+# Mark the --once key done (if given), then compare-and-delete and wake one waiter (BLPOP).
+# KEYS: lock, info, wake[, done]. ARGV: token, wake_ttl_ms[, remember_ms, done_value].
+# Returns 1 released, 0 not ours. A done mark does not depend on the token: the command
+# did succeed, even if its lease was lost under --on-lost continue.
 RELEASE_SCRIPT = """
+if KEYS[4] then
+  redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[3])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('LPUSH', KEYS[3], '1')
@@ -69,12 +80,16 @@ class LockKeys:
     info: str
     fence: str
     wake: str
+    base: str
+
+    def done(self, key: str) -> str:
+        return f"{self.base}:done:{key}"
 
 
 def lock_keys(prefix: str, name: str) -> LockKeys:
     """Every Redis key of one lock, built in this one place."""
     base = f"{prefix}{{{name}}}"
-    return LockKeys(lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake")
+    return LockKeys(lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake", base=base)
 
 
 def _glob_escape(text: str) -> str:
@@ -180,16 +195,21 @@ class RedisBackend:
         except redis.RedisError as exc:
             raise self._unavailable(exc) from None
 
-    def acquire(self, name: str, token: str, ttl: float, info: dict[str, str]) -> Lease | Holder:
+    def acquire(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+    ) -> Lease | Holder | Duplicate:
         keys = lock_keys(self.prefix, name)
         ttl_ms = max(1, int(ttl * 1000))
         pairs: list[str] = []
         for key, value in info.items():
             pairs += [key, value]
+        script_keys = [keys.lock, keys.info, keys.fence] + ([keys.done(once.key)] if once else [])
         sent_at = time.monotonic()
-        reply = self._eval(ACQUIRE_SCRIPT, [keys.lock, keys.info, keys.fence], [token, ttl_ms, *pairs])
+        reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, *pairs])
         if int(reply[0]) == 1:
-            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at)
+            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once)
+        if int(reply[0]) == 2:
+            return Duplicate(name=name, key=once.key)
         flat = reply[2] or []
         fields = dict(zip(flat[0::2], flat[1::2]))
         return holder_from_hash(name, fields, _int_or_none(reply[1]))
@@ -202,8 +222,14 @@ class RedisBackend:
         )
         return int(reply) == 1
 
-    def release(self, lease: Lease) -> bool:
-        return self.clear(lease.name, lease.token)
+    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+        keys = lock_keys(self.prefix, lease.name)
+        script_keys = [keys.lock, keys.info, keys.wake]
+        args: list = [lease.token, WAKE_TTL_MS]
+        if succeeded and lease.once is not None:
+            script_keys.append(keys.done(lease.once.key))
+            args += [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
+        return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
 
     def clear(self, name: str, token: str) -> bool:
         """Delete the lock only if it still holds ``token``, and wake one waiter."""

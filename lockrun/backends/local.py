@@ -1,0 +1,296 @@
+"""The local backend: locks across the processes of this host, in the state directory.
+
+Each lock is a POSIX record lock (``fcntl(F_SETLK)``) on ``locks/<name>.lock``.
+The kernel drops it when its holder dies, however it dies, so a crashed holder
+cannot leave a stuck lock and there are no zombies. POSIX locks (unlike
+``flock``) are not inherited across fork or exec: the command never holds the
+lock, and ``F_GETLK`` tells ``status`` who holds it without taking it.
+
+Beside it, ``locks/<name>.json`` (replaced atomically) keeps the holder's
+description and the fencing counter, which survives the holder. ``unlock
+--force`` unlinks the ``.lock`` file; the holder's keeper notices at its next
+renewal that the file at the path is no longer the one it locked.
+
+Everything here is one process's view of one file system: NFS and other
+network file systems are not supported for the state directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import struct
+import time
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from lockrun.backends import Duplicate, Holder, Lease, OnceKey
+from lockrun.clock import utc_now_iso
+from lockrun.errors import BackendUnavailable
+
+_FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
+LOCK_SUFFIX = ".lock"
+ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
+
+
+def _file_name(name: str) -> str:
+    return quote(name, safe="")  # "/" and ":" in names must not become path separators
+
+
+def _lock_holder_pid(fd: int) -> int | None:
+    """The pid holding a write lock on ``fd``'s file, or None when it is free."""
+    request = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    reply = fcntl.fcntl(fd, fcntl.F_GETLK, request)
+    lock_type, _, _, _, pid = struct.unpack(_FLOCK, reply)
+    return None if lock_type == fcntl.F_UNLCK else pid
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _write_atomically(path: Path, data: bytes, durable: bool = False) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, state_dir) -> None:
+        if state_dir is None:
+            raise BackendUnavailable("the local backend needs a state directory")
+        self.state_dir = Path(state_dir)
+        self.locks_dir = self.state_dir / "locks"
+        self.once_dir = self.state_dir / "once"
+        self._held: dict[str, int] = {}  # token -> locked descriptor
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        try:
+            self.locks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not os.access(self.locks_dir, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(self.locks_dir))
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"the local lock directory {self.locks_dir} cannot be used: {exc.strerror or exc}"
+                " (set LOCKRUN_STATE_DIR, or configure a Redis URL)"
+            ) from None
+
+    def _lock_path(self, name: str) -> Path:
+        return self.locks_dir / (_file_name(name) + LOCK_SUFFIX)
+
+    def _info_path(self, name: str) -> Path:
+        return self.locks_dir / (_file_name(name) + ".json")
+
+    def _done_path(self, name: str, key: str) -> Path:
+        return self.once_dir / _file_name(name) / _file_name(key)
+
+    def _read_info(self, name: str) -> dict:
+        try:
+            data = json.loads(self._info_path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    # -- lease operations -------------------------------------------------------------------
+
+    def acquire(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+    ) -> Lease | Holder | Duplicate:
+        self._ready()
+        path = self._lock_path(name)
+        sent_at = time.monotonic()
+        for _ in range(ACQUIRE_ATTEMPTS):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise BackendUnavailable(f"cannot lock {path}: {exc.strerror}") from None
+                holder = self._holder(name, fd)
+                os.close(fd)
+                if holder is None:
+                    continue  # released between our try and our look: try again
+                return holder
+            if not _same_file(fd, path):
+                os.close(fd)  # unlinked by unlock --force after we opened it: not the lock any more
+                continue
+            if once is not None and self._is_done(name, once.key):
+                os.close(fd)
+                return Duplicate(name=name, key=once.key)
+            previous = self._read_info(name)
+            fence = int(previous.get("fencing_token") or 0) + 1
+            record = {**info, "fencing_token": fence}
+            try:
+                # Durable: after a crash the fence must not go back and repeat.
+                _write_atomically(self._info_path(name), json.dumps(record).encode(), durable=True)
+            except OSError as exc:
+                os.close(fd)
+                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+            self._held[token] = fd
+            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once)
+        raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
+        fd = self._held.get(lease.token)
+        if fd is None or not _same_file(fd, self._lock_path(lease.name)):
+            return False  # unlock --force removed our file: the lock is no longer ours
+        record = self._read_info(lease.name)
+        if record.get("token") == lease.token:
+            record.update(heartbeat_at=heartbeat_at, child_pid=str(child_pid or ""))
+            try:
+                _write_atomically(self._info_path(lease.name), json.dumps(record).encode())
+            except OSError:
+                pass  # the heartbeat is for people; the kernel lock is what holds
+        return True
+
+    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+        if succeeded and lease.once is not None:
+            self._mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
+        fd = self._held.pop(lease.token, None)
+        if fd is None:
+            return False
+        ours = _same_file(fd, self._lock_path(lease.name))
+        os.close(fd)  # closing drops the POSIX lock
+        return ours
+
+    def clear(self, name: str, token: str) -> bool:
+        """``unlock --force``: remove the lock file if the holder inspected still holds it."""
+        path = self._lock_path(name)
+        if self._read_info(name).get("token") != token:
+            return False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            if _lock_holder_pid(fd) is None:
+                return False
+            os.unlink(path)
+        finally:
+            os.close(fd)
+        return True
+
+    def wait_for_release(self, name: str, timeout: float) -> None:
+        """Local waiters poll: a kernel lock has no wake-up call. 5 ms keeps hand-over quick."""
+        time.sleep(max(0.0, min(timeout, 0.005)))
+
+    # -- --once -------------------------------------------------------------------------------
+
+    def _is_done(self, name: str, key: str) -> bool:
+        path = self._done_path(name, key)
+        try:
+            expires = float(path.read_text(encoding="ascii").split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        if expires > time.time():
+            return True
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return False
+
+    def _mark_done(self, name: str, once: OnceKey) -> None:
+        path = self._done_path(name, once.key)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            expires = time.time() + once.remember_s
+            _write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot mark --once key {once.key!r} done in {path.parent}: {exc.strerror}")
+
+    # -- inspection -------------------------------------------------------------------------------
+
+    def _holder(self, name: str, fd: int) -> Holder | None:
+        # Never call this for a lock this process holds: closing any descriptor of a
+        # file drops the process's POSIX lock on it.
+        pid = _lock_holder_pid(fd)
+        if pid is None:
+            return None
+        info = self._read_info(name)
+        if str(info.get("pid")) != str(pid):
+            info = {}  # the description is the previous holder's: the new one has not written yet
+        return Holder(
+            name=name,
+            token=info.get("token"),
+            run_id=info.get("run_id"),
+            host=info.get("host"),
+            boot_id=info.get("boot_id"),
+            pid=pid,
+            pid_start=_int(info.get("pid_start")),
+            child_pid=_int(info.get("child_pid")),
+            command=_command(info.get("command")),
+            started_at=info.get("started_at"),
+            heartbeat_at=info.get("heartbeat_at"),
+            ttl_ms=_int(info.get("ttl_ms")),
+            ttl_remaining_s=None,  # a kernel lock does not expire
+            fencing_token=_int(info.get("fencing_token")),
+        )
+
+    def lock_names(self) -> list[str]:
+        return [h.name for h in self.holders()]
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        if names is None:
+            try:
+                files = sorted(p.name for p in self.locks_dir.iterdir() if p.name.endswith(LOCK_SUFFIX))
+            except FileNotFoundError:
+                return []
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}")
+            names = [unquote(f[: -len(LOCK_SUFFIX)]) for f in files]
+        found = []
+        for name in names:
+            try:
+                fd = os.open(self._lock_path(name), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read {self._lock_path(name)}: {exc.strerror}") from None
+            try:
+                holder = self._holder(name, fd)
+            finally:
+                os.close(fd)
+            if holder is not None:
+                found.append(holder)
+        return found
+
+    def close(self) -> None:
+        for fd in self._held.values():
+            os.close(fd)
+        self._held.clear()
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _command(value) -> list[str]:
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return []
+    return parsed if isinstance(parsed, list) else []

@@ -1,0 +1,78 @@
+"""Redis specifics of a run: the keys, the lease TTL, expiry take-over."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tests.conftest import run_lockrun, spawn_lockrun, wait_until
+
+PY = sys.executable
+
+
+def test_waiter_takes_over_a_crashed_holders_lock_after_expiry(env, redis_server, tmp_path):
+    client = redis_server.client()
+    # A "holder" that died without releasing: the key simply expires.
+    client.set("lockrun:{crashed}:lock", "someone-else", px=1500)
+    started = time.monotonic()
+    result = run_lockrun(env, "-n", "crashed", "-w", "30", "--", "true")
+    took = time.monotonic() - started
+    assert result.returncode == 0
+    assert 1.0 < took < 1.5 + 1.5  # within about a second of expiry
+
+
+def test_lease_is_renewed_while_the_command_runs_and_released_after(env, redis_server, tmp_path):
+    client = redis_server.client()
+    flag = tmp_path / "started"
+    proc = spawn_lockrun(env, "-n", "long", "--ttl", "1", "--", "sh", "-c", f"touch {flag}; sleep 3.5")
+    wait_until(flag.exists, what="the command")
+    ttls = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # sample the lease over three TTLs
+        ttls.append(client.pttl("lockrun:{long}:lock"))
+        time.sleep(0.1)
+    assert min(ttls) > 0, ttls  # never expired, never missing
+    assert max(ttls) <= 1000  # reset, never added to
+    info = client.hgetall("lockrun:{long}:info")
+    assert int(info[b"child_pid"]) > 0  # filled in by a renewal
+    assert proc.wait(30) == 0
+    assert client.exists("lockrun:{long}:lock", "lockrun:{long}:info") == 0
+    assert client.get("lockrun:{long}:fence") == b"1"
+
+
+def test_info_hash_describes_the_holder(env, redis_server, tmp_path):
+    client = redis_server.client()
+    flag = tmp_path / "started"
+    proc = spawn_lockrun(env, "-n", "info", "--ttl", "30", "--", "sh", "-c", f"touch {flag}; sleep 30")
+    try:
+        wait_until(flag.exists, what="the command")
+        info = {k.decode(): v.decode() for k, v in client.hgetall("lockrun:{info}:info").items()}
+        token = client.get("lockrun:{info}:lock").decode()
+        assert info["token"] == token and len(token) >= 32
+        assert int(info["pid"]) == proc.pid
+        assert json.loads(info["command"]) == ["sh", "-c", f"touch {flag}; sleep 30"]
+        assert info["ttl_ms"] == "30000" and info["started_at"].endswith("Z")
+        for key in ("run_id", "host", "boot_id", "pid_start", "heartbeat_at"):
+            assert info[key]
+        assert 0 < client.pttl("lockrun:{info}:info") <= 30000
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_tokens_are_new_for_every_run(env, redis_server, tmp_path):
+    client = redis_server.client()
+    script = "import time; time.sleep(0.3)"
+    seen = set()
+    for _ in range(3):
+        proc = spawn_lockrun(env, "-n", "tok", "--", PY, "-c", script)
+        token = wait_until(lambda: client.get("lockrun:{tok}:lock"), what="the lock")
+        seen.add(token)
+        proc.wait(30)
+    assert len(seen) == 3
+
+
+def test_missing_command_does_not_take_the_lock(env, redis_server):
+    run_lockrun(env, "-n", "m", "--", "no-such-command-xyz")
+    assert redis_server.client().get("lockrun:{m}:fence") is None
