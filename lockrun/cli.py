@@ -156,8 +156,15 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
 
+    \b
+      lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices
+      lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report
+      lockrun -n payroll --once 'payroll-%Y-%m-%d' -- /opt/app/bin/payroll
+
     COMMAND is executed directly (no shell); everything after `--` belongs to it.
     The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN.
+    A busy lock exits 75 quietly; a lease that cannot be kept stops the command
+    and exits 76.
     """
     from lockrun.backends import open_backend
     from lockrun.runner import Run, RunOptions
@@ -230,7 +237,7 @@ def complete_lock_names(ctx, param, incomplete):
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, type=LockName(), metavar="[NAME]...", shell_complete=complete_lock_names)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (contract §9).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {backend, locks: [...]}, one entry per lock.")
 @global_options
 @click.pass_context
 def status(ctx, names, as_json, config, redis_url, prefix, ledger):
@@ -342,7 +349,7 @@ STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeou
               help="Show at most N runs.")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
 @click.option("--since", type=Duration(), help="Only runs started within DURATION (90m, 12h, 7d).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (contract §8).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
 def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, prefix, ledger):

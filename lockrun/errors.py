@@ -30,13 +30,15 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("the command's own", "the command exited", "yes"),
     ("128+N", "the command was killed by signal N", "yes"),
     ("2", "usage error: bad flag, value, name or missing command", "no"),
-    ("69", "the lock backend is unreachable (connect, auth or first command failed)", "no"),
+    ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
+           " local backend: the state directory cannot be used)", "no"),
     ("75", "lock busy (changeable with -E)", "no"),
     ("76", "the lease was lost and the command was terminated (--on-lost terminate)", "stopped"),
-    ("78", "bad configuration (file, or no Redis URL configured)", "no"),
+    ("78", "bad configuration file", "no"),
     ("124", "--timeout expired and the command was stopped", "stopped"),
     ("125", "lockrun itself failed", "maybe"),
     ("126 / 127", "the command is not executable / not found", "no"),
+    ("0", "--once key already done: skipped as a duplicate", "no"),
 ]
 
 

@@ -1,0 +1,189 @@
+"""Generate man/lockrun.1 (roff) from the click app, so the man page can never drift from --help.
+
+    python scripts/gen_manpage.py           # write man/lockrun.1
+    python scripts/gen_manpage.py --check   # exit 1 if it is stale
+
+A small generator rather than a library: the page needs sections that no
+click-to-man tool derives from the app (ENVIRONMENT, FILES, the exit-status
+table from lockrun.errors, crontab EXAMPLES), and the output must be
+byte-for-byte reproducible (no build dates) for the staleness test.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from lockrun import __version__
+from lockrun.cli import cli
+from lockrun.errors import EXIT_CODE_DOCS
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "man" / "lockrun.1"
+
+DESCRIPTION = [
+    "lockrun wraps a command, usually a crontab entry, so that it never runs twice at once. "
+    "It takes a named lock (in Redis when a URL is configured, else in the local state directory), "
+    "runs the command in its own process group with stdin, stdout and stderr untouched, renews the "
+    "lease every TTL/3 from a background thread, releases the lock with compare-and-delete, and "
+    "records every run in a SQLite ledger.",
+    "If the lease cannot be kept (Redis down, paused or restarted, the lock cleared), the command's "
+    "process group is sent SIGTERM and then SIGKILL so that it is dead before the lease it last "
+    "renewed can expire, and lockrun exits 76. If lockrun itself dies, even by SIGKILL, the command's "
+    "whole process group is killed at once. Processes that leave the group (setsid, daemons) are "
+    "beyond its reach.",
+    "The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN; the fencing token "
+    "strictly increases with every acquisition of the name, for systems that can reject a stale writer.",
+    "lockrun is silent on success and on a busy skip, and prints one line on stderr on real trouble.",
+    "The bare form lockrun [OPTIONS] -- COMMAND is the same as lockrun run; it applies when the first "
+    "argument is an option or --.",
+]
+
+ENVIRONMENT = [
+    ("LOCKRUN_REDIS_URL", "Redis URL (redis://, rediss://, unix://); without one the local backend is used."),
+    ("LOCKRUN_PREFIX", "Namespace of every Redis key (default lockrun:)."),
+    ("LOCKRUN_LEDGER", "Path of the SQLite run ledger (default $LOCKRUN_STATE_DIR/ledger.db)."),
+    ("LOCKRUN_STATE_DIR", "Where the ledger and local locks live (default /var/lib/lockrun for root, "
+                          "else $XDG_STATE_HOME/lockrun, i.e. ~/.local/state/lockrun)."),
+    ("LOCKRUN_CONFIG", "TOML config file to use instead of the default locations."),
+    ("LOCKRUN_TTL", "Default lease length in seconds."),
+    ("NO_COLOR", "Disables colour in the status and history tables."),
+    ("LOCKRUN_NAME, LOCKRUN_RUN_ID, LOCKRUN_FENCING_TOKEN", "Set by lockrun for the command it runs."),
+]
+
+FILES = [
+    ("/etc/lockrun.toml", "System-wide config file: redis_url, prefix, ledger, state_dir, ttl, ledger_keep_days. "
+                          "Must not be world-writable. Used if it exists."),
+    ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
+    ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),
+    ("$LOCKRUN_STATE_DIR/locks/", "Local-backend lock files (POSIX record locks) and holder descriptions."),
+    ("$LOCKRUN_STATE_DIR/once/", "Local-backend --once keys that succeeded."),
+]
+
+EXAMPLES = [
+    ("Every 5 minutes on every host, one at a time; a busy run exits 75 quietly:",
+     "*/5 * * * * lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices"),
+    ("Treat a busy lock as success for cron:", "* * * * * lockrun -n poll-queue -E 0 -- /opt/app/bin/poll-queue"),
+    ("Wait up to 10 minutes for the previous run; never run longer than an hour:",
+     "0 * * * * lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report"),
+    ("Run a day's payroll at most once, however often it is started:",
+     "0 6 * * * lockrun -n payroll --once 'payroll-%Y-%m-%d' -- /opt/app/bin/payroll"),
+    ("A shell pipeline (lockrun runs argv directly):",
+     "30 2 * * * lockrun -n dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
+    ("See who holds what, what ran, and clear a crashed holder:",
+     "lockrun status\nlockrun history sync-invoices --since 7d\nlockrun unlock sync-invoices"),
+]
+
+
+def esc(text: str) -> str:
+    """Escape text for roff: backslashes, hyphens in words, and control characters at line starts."""
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    lines = []
+    for line in text.split("\n"):
+        if line.startswith((".", "'")):
+            line = "\\&" + line
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def paragraphs(help_text: str) -> list[tuple[str, str]]:
+    """Split click help into ("text"|"verbatim", block) pairs; a \\b paragraph is verbatim."""
+    blocks = []
+    for block in help_text.strip().split("\n\n"):
+        block = "\n".join(line.strip() if not block.startswith("\b") else line for line in block.split("\n"))
+        if block.startswith("\b"):
+            lines = [line.strip() for line in block.split("\n")[1:]]
+            blocks.append(("verbatim", "\n".join(lines)))
+        else:
+            blocks.append(("text", " ".join(block.split())))
+    return blocks
+
+
+def option_entry(param: click.Parameter, ctx: click.Context) -> list[str]:
+    record = param.get_help_record(ctx)
+    if record is None:
+        return []
+    names, help_text = record
+    out = [".TP", "\\fB" + esc(names).replace(", ", "\\fR, \\fB").replace(" ", "\\fR \\fI", 1) + "\\fR"]
+    if help_text:
+        out.append(esc(" ".join(help_text.split())))
+    return out
+
+
+def _context(name: str, command: click.Command) -> click.Context:
+    return click.Context(command, info_name=f"lockrun {name}", **command.context_settings)
+
+
+def command_section(name: str, command: click.Command) -> list[str]:
+    ctx = _context(name, command)
+    usage = " ".join(command.collect_usage_pieces(ctx))
+    out = [f'.SS "lockrun {name} {esc(usage)}"']
+    for kind, block in paragraphs(command.help or ""):
+        if kind == "verbatim":
+            out += [".PP", ".nf", ".RS 4", esc(block), ".RE", ".fi"]
+        else:
+            out += [".PP", esc(block)]
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option):
+            out += option_entry(param, ctx)
+    return out
+
+
+def render() -> str:
+    out = [
+        f'.TH LOCKRUN 1 "" "lockrun {__version__}" "User Commands"',
+        ".\\\" Generated by scripts/gen_manpage.py from the click app; do not edit by hand.",
+        ".SH NAME",
+        "lockrun \\- run a cron command under a named lease so it never runs twice at once",
+        ".SH SYNOPSIS",
+        ".nf",
+        "\\fBlockrun\\fR [\\fIOPTIONS\\fR] \\fB\\-\\-\\fR \\fICOMMAND\\fR [\\fIARG\\fR...]",
+    ]
+    for name, command in cli.commands.items():
+        ctx = _context(name, command)
+        out.append(f"\\fBlockrun {name}\\fR " + esc(" ".join(command.collect_usage_pieces(ctx))))
+    out += ["\\fBlockrun \\-\\-version\\fR | \\fB\\-\\-help\\fR", ".fi", ".SH DESCRIPTION"]
+    for text in DESCRIPTION:
+        out += [".PP", esc(text)]
+    out.append(".SH COMMANDS")
+    for name, command in cli.commands.items():
+        out += command_section(name, command)
+    out.append(".SH ENVIRONMENT")
+    for name, text in ENVIRONMENT:
+        out += [".TP", f"\\fB{esc(name)}\\fR", esc(text)]
+    out.append(".SH FILES")
+    for name, text in FILES:
+        out += [".TP", f"\\fI{esc(name)}\\fR", esc(text)]
+    out += [".SH EXIT STATUS", ".TS", "tab(|);", "l lx l.", "\\fBcode\\fR|\\fBmeaning\\fR|\\fBran?\\fR"]
+    for code, meaning, ran in EXIT_CODE_DOCS:
+        out.append(f"{esc(code)}|T{{\n{esc(meaning)}\nT}}|{esc(ran)}")
+    out += [
+        ".TE",
+        ".PP",
+        esc("unlock exits 0 when the lock is gone afterwards (or was not held), 1 when it refused. "
+            "status exits 0, or 69 when the backend is unreachable (after printing what the ledger knows). "
+            "history exits 0; prune exits 0, or 1 when the ledger cannot be written."),
+        ".SH EXAMPLES",
+    ]
+    for text, example in EXAMPLES:
+        out += [".PP", esc(text), ".PP", ".nf", ".RS 4", esc(example), ".RE", ".fi"]
+    out += [".SH SEE ALSO", "\\fBcrontab\\fR(5), \\fBflock\\fR(1), \\fBredis\\-server\\fR(1)"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if "--check" in argv:
+        if not PAGE.exists() or PAGE.read_text() != text:
+            print(f"{PAGE} is stale: run python scripts/gen_manpage.py")
+            return 1
+        return 0
+    PAGE.parent.mkdir(exist_ok=True)
+    PAGE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

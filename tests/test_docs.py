@@ -1,0 +1,105 @@
+"""Docs checked by tests: generated files are current, and README, man page and --help agree."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from lockrun.cli import cli
+from lockrun.errors import EXIT_CODE_DOCS
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+MAN = ROOT / "man" / "lockrun.1"
+
+
+def all_options():
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option):
+                yield name, param
+
+
+def test_completions_are_current():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_completions.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("words,cword,expected", [
+    ("lockrun st", 1, "status"),
+    ("lockrun un", 1, "unlock"),
+    ("lockrun run --on-lost c", 3, "continue"),
+    ("lockrun history --sta", 2, "--status"),
+])
+def test_bash_completion_completes_in_a_real_bash(words, cword, expected, tmp_path):
+    script = (
+        f"source {ROOT / 'completions' / 'lockrun.bash'}\n"
+        f"COMP_WORDS=({words}); COMP_CWORD={cword}\n"
+        "_lockrun_completion lockrun\n"
+        "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "LOCKRUN_STATE_DIR": str(tmp_path), "LOCKRUN_CONFIG": os.devnull}
+    env.pop("LOCKRUN_REDIS_URL", None)
+    result = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert expected in result.stdout.split(), result.stdout + result.stderr
+
+
+def test_man_page_is_current():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_manpage.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_man_page_renders_without_warnings():
+    if shutil.which("groff") is None:
+        pytest.fail("groff is not installed (apt-get install groff-base); .ci/run installs it")
+    result = subprocess.run(["groff", "-man", "-t", "-ww", "-z", str(MAN)], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_man_page_has_every_section_option_and_exit_code():
+    text = MAN.read_text().replace("\\-", "-")
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "ENVIRONMENT", "FILES", "EXIT STATUS",
+                    "EXAMPLES", "SEE ALSO"):
+        assert f".SH {section}" in text
+    for command, param in all_options():
+        for opt in param.opts:
+            assert opt in text, f"man page lacks {command} {opt}"
+    for code, _, _ in EXIT_CODE_DOCS:
+        assert code in text
+
+
+def test_readme_documents_every_command_and_option():
+    for name in cli.commands:
+        assert f"lockrun {name}" in README, f"README lacks `lockrun {name}`"
+    for command, param in all_options():
+        if param.name == "help":
+            continue
+        assert any(opt in README for opt in param.opts), f"README lacks {command} {param.opts}"
+
+
+def test_readme_exit_code_table_matches_the_enum_docs():
+    for code, meaning, ran in EXIT_CODE_DOCS:
+        assert f"| {code} | {meaning} | {ran} |" in README, f"README exit-code row for {code} differs"
+
+
+def test_every_command_has_help_with_an_example():
+    for name, command in cli.commands.items():
+        assert command.help and "\b" in command.help, f"`lockrun {name} --help` lacks an example block"
+        assert re.search(rf"lockrun( \S+)* ", command.help)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m pytest" in README and "python -m pytest" in ci
