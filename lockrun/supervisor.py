@@ -117,6 +117,7 @@ class Supervisor:
         self.received: list[int] = []  # signals sent to lockrun, in order
         self.kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
         self.terminated = False
+        self.killed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -269,13 +270,16 @@ class Supervisor:
         if not self.terminated:
             self.terminated = True
             self._killpg(signal.SIGTERM)
+        if self.killed:
+            return
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
-        if time.monotonic() >= self.kill_at:
-            self._killpg(signal.SIGKILL)
+        self.kill_if_due()
 
     def kill_if_due(self) -> None:
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
             self._killpg(signal.SIGKILL)
+            self.killed = True
+            self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
 
     def child_exit_pending(self) -> bool:
         """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
