@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 from lockrun import host as this_host
@@ -88,8 +88,7 @@ PUBLIC_FIELDS = (
 _SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
 
 
-@dataclass
-class RunRecord:
+class RunRecord(NamedTuple):
     """A run as the ledger stores it; ``finish`` fills in the outcome."""
 
     run_id: str
@@ -98,10 +97,10 @@ class RunRecord:
     backend: str
     started_at: str
     status: str = "running"
-    host: str = field(default_factory=this_host.hostname)
-    pid: int = field(default_factory=os.getpid)
+    host: str | None = None  # None: this host
+    pid: int | None = None  # None: this process
     pid_start: int | None = None
-    boot_id: str = field(default_factory=this_host.boot_id)
+    boot_id: str | None = None  # None: this boot
     once_key: str | None = None
     fencing_token: int | None = None
 
@@ -200,10 +199,10 @@ class Ledger:
                 run.run_id,
                 run.name,
                 run.status,
-                run.host,
-                run.pid,
+                run.host or this_host.hostname(),
+                run.pid or os.getpid(),
                 run.pid_start,
-                run.boot_id,
+                run.boot_id or this_host.boot_id(),
                 json.dumps(run.command),
                 run.backend,
                 run.started_at,

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from lockrun import host
 from lockrun.backends import Backend, Duplicate, Holder, Lease, OnceKey, call_timeout_for
@@ -32,8 +30,7 @@ Report = Callable[[str, str], None]
 RELEASE_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class RunOptions:
+class RunOptions(NamedTuple):
     argv: list[str]
     name: str
     ttl: float
@@ -46,8 +43,7 @@ class RunOptions:
     remember: float = 30 * 86400.0
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     exit_code: int
     status: str
     command_exit: int | None = None
@@ -88,7 +84,7 @@ class Run:
         self.report = report
         self.ledger_keep_days = ledger_keep_days
         self.run_id = uuid.uuid4().hex
-        self.token = secrets.token_hex(16)  # 128 random bits, never reused
+        self.token = os.urandom(16).hex()  # 128 random bits from the kernel CSPRNG, new for every run
         self.ledger: Ledger | None = None
         self.started_wall = utc_now_iso()
         self.started_mono = time.monotonic()

@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -182,7 +182,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
     if mode & stat.S_IWOTH:
         raise ConfigError(f"config file {path} is world-writable; refusing it (it could redirect locks): chmod o-w {path}")
     try:
-        data = _toml_loads(text)
+        data = _toml_loads(text) if text.strip() else {}  # an empty file is valid, and parsing it costs an import
     except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
     for key, value in data.items():
@@ -209,8 +209,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
 # --- resolved settings ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """The global settings every subcommand shares, after precedence is applied."""
 
     redis_url: str | None

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lockrun.errors import CommandNotRunnable, ExitCode
 
@@ -65,8 +65,7 @@ def _spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
     return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)
 
 
-@dataclass(frozen=True)
-class ChildExit:
+class ChildExit(NamedTuple):
     returncode: int | None  # the command's exit code, None when a signal ended it
     signal: int | None
 

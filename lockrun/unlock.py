@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lockrun import host
 from lockrun.backends import Backend, Holder
@@ -18,8 +18,7 @@ from lockrun.ledger import Ledger, RunRecord
 from lockrun.status import zombie_reason
 
 
-@dataclass(frozen=True)
-class Inspection:
+class Inspection(NamedTuple):
     name: str
     holder: Holder | None
     heartbeat_age_s: float | None = None

@@ -9,12 +9,10 @@ its former owner.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
     name: str
     token: str  # random owner token, new for every run
     fencing_token: int  # strictly increases with every acquisition of the name
@@ -23,24 +21,21 @@ class Lease:
     once: OnceKey | None = None  # marked done by a release after a successful command
 
 
-@dataclass(frozen=True)
-class OnceKey:
+class OnceKey(NamedTuple):
     """An idempotency key (already strftime-expanded) and how long a success is remembered."""
 
     key: str
     remember_s: float
 
 
-@dataclass(frozen=True)
-class Duplicate:
+class Duplicate(NamedTuple):
     """The ``--once`` key had already succeeded: the lock was given back, nothing is to run."""
 
     name: str
     key: str
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """Who holds a lock, as recorded in the backend (contract §7)."""
 
     name: str
@@ -51,7 +46,7 @@ class Holder:
     pid: int | None = None
     pid_start: int | None = None
     child_pid: int | None = None
-    command: list[str] = field(default_factory=list)
+    command: tuple[str, ...] | list[str] = ()
     started_at: str | None = None
     heartbeat_at: str | None = None
     ttl_ms: int | None = None

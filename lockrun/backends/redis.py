@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 from redis.backoff import NoBackoff
@@ -74,8 +74,7 @@ WAKE_TTL_MS = 5000
 SCAN_BATCH = 1000
 
 
-@dataclass(frozen=True)
-class LockKeys:
+class LockKeys(NamedTuple):
     lock: str
     info: str
     fence: str

@@ -1,0 +1,53 @@
+"""Start-up overhead: `lockrun -n b -- true` against its stack floor and its peers.
+
+    python bench/startup.py [--rounds 40] [--json out.json]
+
+Cases, run interleaved:
+- lockrun with Redis, and with the local backend;
+- the floor of lockrun's own stack: python -c "import click, redis, sqlite3";
+- flock(1): the kernel-lock peer, no ledger, no lease;
+- a shell wrapper around redis-cli SET NX / DEL: the naive Redis peer.
+Target: lockrun (Redis) <= 1.10 x its stack floor.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from common import LOCKRUN, RedisServer, bench_env, interleaved, machine, median_ms, table, write_json
+
+
+def main(argv: list[str]) -> dict:
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 40
+    with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
+        redis_env = bench_env(Path(tmp) / "redis-state", server.url)
+        local_env = bench_env(Path(tmp) / "local-state")
+        shell_wrapper = (
+            f"redis-cli -s {server.socket} SET lock:b 1 NX PX 60000 >/dev/null && "
+            f"{{ true; redis-cli -s {server.socket} DEL lock:b >/dev/null; }}"
+        )
+        cases = {
+            "lockrun (redis)": ([LOCKRUN, "-n", "b", "--", "true"], redis_env),
+            "lockrun (local)": ([LOCKRUN, "-n", "b", "--", "true"], local_env),
+            "floor: python -c 'import click, redis, sqlite3'": (
+                [sys.executable, "-c", "import click, redis, sqlite3"], redis_env),
+            "flock -n f true": (["flock", "-n", str(Path(tmp) / "f"), "true"], redis_env),
+            "sh: redis-cli SET NX; true; DEL": (["sh", "-c", shell_wrapper], redis_env),
+        }
+        times = interleaved(cases, rounds)
+        redis_version = server.version()
+    floor = median_ms(times["floor: python -c 'import click, redis, sqlite3'"])
+    rows = [[name, f"{median_ms(t):.1f}", f"{median_ms(t) / floor:.2f}"] for name, t in times.items()]
+    print(table(["case", "median ms", "x floor"], rows))
+    ratio = median_ms(times["lockrun (redis)"]) / floor
+    print(f"\nlockrun (redis) / stack floor = {ratio:.3f} (target <= 1.10): {'met' if ratio <= 1.10 else 'MISSED'}")
+    result = {"machine": {**machine(), "redis_server": redis_version}, "rounds": rounds,
+              "median_ms": {name: median_ms(t) for name, t in times.items()}, "ratio": ratio, "target": 1.10}
+    write_json(argv, result)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
