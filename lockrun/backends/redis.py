@@ -6,7 +6,6 @@ lives in one Redis Cluster slot and a script may touch all of them.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from typing import NamedTuple
@@ -97,8 +96,7 @@ def _glob_escape(text: str) -> str:
 
 def _no_client_setinfo() -> dict:
     """Skip CLIENT SETINFO on connect: two fewer round trips before the first real command."""
-    params = inspect.signature(AbstractConnection.__init__).parameters
-    if "driver_info" in params:
+    if "driver_info" in AbstractConnection.__init__.__code__.co_varnames:  # redis-py >= 7
         return {"driver_info": None}
     return {"lib_name": None, "lib_version": None}
 
