@@ -49,7 +49,7 @@ class RedisServer:
                 time.sleep(0.02)
 
     def client(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=self.socket, socket_timeout=30)
+        return redis.Redis(unix_socket_path=self.socket, socket_timeout=30, protocol=2)
 
     def version(self) -> str:
         return self.client().info("server")["redis_version"]

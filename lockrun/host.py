@@ -37,6 +37,12 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def own_start() -> int | None:
+    """This process's start time (it never changes; reading /proc once is enough)."""
+    return process_start(os.getpid())
+
+
 def same_process_alive(pid: int | None, start: int | None) -> bool:
     """Is ``pid`` alive and still the process that started at ``start``?
 

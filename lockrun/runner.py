@@ -114,7 +114,7 @@ class Run:
             command=self.options.argv,
             backend=self.backend_name,
             started_at=self.started_wall,
-            pid_start=host.process_start(os.getpid()),
+            pid_start=host.own_start(),
             once_key=self.options.once_key,
         )
         self._ledger_call("write to", lambda ledger: ledger.start(record))
@@ -152,7 +152,8 @@ class Run:
             self.report("error", str(exc))
             return outcome
         self._open_ledger()
-        supervisor = Supervisor(self.options.argv, env={})
+        env = {**os.environ, "LOCKRUN_NAME": self.options.name, "LOCKRUN_RUN_ID": self.run_id}
+        supervisor = Supervisor(self.options.argv, env=env)
         supervisor.install_signal_handlers()
         backend = None
         try:
@@ -183,7 +184,7 @@ class Run:
             "host": host.hostname(),
             "boot_id": host.boot_id(),
             "pid": str(os.getpid()),
-            "pid_start": str(host.process_start(os.getpid()) or ""),
+            "pid_start": str(host.own_start() or ""),
             "child_pid": "",
             "command": json.dumps(self.options.argv),
             "started_at": now,
@@ -207,6 +208,9 @@ class Run:
             left = give_up_at - time.monotonic()
             if not isinstance(result, Holder) or supervisor.received or left <= 0:
                 return result
+            # Get everything the spawn needs ready now, so that the hand-over is only
+            # the acquire round trip and an exec.
+            supervisor.prepare()
             # Sleep until a release wakes us, or until the holder's lease could have
             # expired (a crashed holder pushes nothing), and at most a second.
             expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else 1.0
@@ -250,14 +254,8 @@ class Run:
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
         opts = self.options
         self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
-        supervisor.env = {
-            **os.environ,
-            "LOCKRUN_NAME": opts.name,
-            "LOCKRUN_RUN_ID": self.run_id,
-            "LOCKRUN_FENCING_TOKEN": str(lease.fencing_token),
-        }
         try:
-            child_pid = supervisor.spawn()
+            child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)

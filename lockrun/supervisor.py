@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import select
 import shutil
@@ -89,12 +90,72 @@ WATCHDOG_SCRIPT = (
 )
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _launcher(
+    argv: list[str], program: str | None, base_env: dict, ctl_r: int, err_w: int, prctl, parent: int,
+    tty_fd: int | None,
+) -> None:
+    """The command's process between fork and exec. Never returns.
+
+    Only fd 0-2, the control pipe and the error pipe stay open; the signal
+    dispositions lockrun changed are reset, as subprocess does.
+    """
+    try:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # lockrun died before the death signal was armed
+                os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
+        signal.set_wakeup_fd(-1)
+        for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        low, high = sorted((ctl_r, err_w))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+        message = _read_all(ctl_r)
+        if not message:
+            os._exit(0)  # lockrun decided not to run the command
+        env = {**base_env, **json.loads(message)}
+        if tty_fd is not None:
+            try:
+                os.tcsetpgrp(tty_fd, os.getpid())  # SIGTTOU is still ignored here, as in lockrun
+            except OSError:
+                pass
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+        if program:
+            os.execve(program, argv, env)
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        _write_all(err_w, f"{exc.errno or 0}:".encode())
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        _write_all(err_w, b"0:")
+    os._exit(ExitCode.NOT_FOUND)
+
+
 class Supervisor:
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.argv = argv
         self.env = env
-        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None  # the command's process (forked by prepare, exec'd by spawn)
         self.pgid: int | None = None
+        self.launched = False
+        self._ctl_w: int | None = None
+        self._err_r: int | None = None
+        self._tty_candidate: int | None = None
+        self._program: str | None = None
         self.received: list[int] = []  # signals sent to lockrun, in order
         self.kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
         self.terminated = False
@@ -105,6 +166,7 @@ class Supervisor:
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup_fd: int | None = None
         self._watchdog: subprocess.Popen | None = None
+        self._prctl = None  # libc's prctl once loaded; False where there is none
         self._tty_fd: int | None = None
 
     # -- signals ----------------------------------------------------------------------
@@ -172,46 +234,87 @@ class Supervisor:
             pass
         return None
 
-    def spawn(self) -> int:
-        prctl = _load_prctl()
+    def prepare(self) -> None:
+        """Fork the command's process and start the watchdog ahead of the exec; idempotent.
+
+        The launcher is a fork of lockrun, already in its own process group with
+        the death signal armed, blocked on a pipe until :meth:`spawn` sends it the
+        environment to exec with. Waiters prepare while they wait, so a hand-over
+        costs the acquire round trip and an exec, not a fork. Must run in the main
+        thread before any other thread starts (the death signal follows the forking
+        thread, and a fork with threads running is unsafe).
+        """
+        if self.pid is not None:
+            return
+        if self._prctl is None:
+            self._prctl = _load_prctl() or False
+        if self._watchdog is None:
+            self._start_watchdog()
+        prctl = self._prctl or None
         parent = os.getpid()
         tty_fd = self._foreground_tty()
-
-        def child_setup() -> None:  # runs in the child between fork and exec
-            os.setpgid(0, 0)
-            if tty_fd is not None:
-                try:
-                    os.tcsetpgrp(tty_fd, os.getpid())
-                except OSError:
-                    pass
-            signal.signal(signal.SIGTTOU, signal.SIG_DFL)
-            if prctl is not None:
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                if os.getppid() != parent:  # lockrun died before the death signal was armed
-                    os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
-
-        self._start_watchdog()
+        # Resolved now, so the exec is one execve and not a walk along PATH.
+        self._program = shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath))
+        ctl_r, ctl_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the launcher process; it never returns
+            _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd)
+        os.close(ctl_r)
+        os.close(err_w)
         try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, preexec_fn=child_setup, close_fds=True)
-        except OSError as exc:
-            self._disarm_watchdog()
-            raise _spawn_error(self.argv[0], exc) from None
-        self.pgid = self.proc.pid
-        try:
-            os.setpgid(self.proc.pid, self.proc.pid)  # also from this side: no race with killpg
+            os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
         except OSError:
             pass
-        if tty_fd is not None:
+        self.pid = self.pgid = pid
+        self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
+        self._write_watchdog(f"{pid}\n".encode())
+
+    def spawn(self, extra_env: dict[str, str] | None = None) -> int:
+        """Exec the command in the prepared process, its environment being ``env`` plus
+        ``extra_env`` (what is only known once the lock is held); raise CommandNotRunnable
+        if it cannot be executed."""
+        self.prepare()
+        message = json.dumps(extra_env or {}).encode()
+        try:
+            _write_all(self._ctl_w, message)
+        except OSError:
+            pass  # the launcher died: the error pipe below says so
+        os.close(self._ctl_w)
+        self._ctl_w = None
+        if self._tty_candidate is not None:
             try:
-                os.tcsetpgrp(tty_fd, self.pgid)
-                self._tty_fd = tty_fd
+                os.tcsetpgrp(self._tty_candidate, self.pgid)
+                self._tty_fd = self._tty_candidate
             except OSError:
                 pass
-        self._write_watchdog(f"{self.pgid}\n".encode())
-        # A signal that arrived before the group existed is forwarded now.
+        report = _read_all(self._err_r)  # EOF at a successful exec (the pipe is close-on-exec)
+        os.close(self._err_r)
+        self._err_r = None
+        if report:
+            self._reap_unlaunched()
+            self._disarm_watchdog()
+            code = int(report.split(b":")[0] or 0)
+            raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+        self.launched = True
+        # A signal that arrived before the command existed is forwarded now.
         for signum in self.received:
             self._killpg(signum)
-        return self.proc.pid
+        return self.pid
+
+    def _reap_unlaunched(self) -> None:
+        """Let a prepared launcher go without running anything (busy, interrupted, failed)."""
+        if self.pid is None or self.launched:
+            return
+        for fd in (self._ctl_w, self._err_r):
+            if fd is not None:
+                os.close(fd)
+        self._ctl_w = self._err_r = None
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.pid = self.pgid = None
 
     def _write_watchdog(self, data: bytes) -> None:
         if self._watchdog is None or self._watchdog.stdin is None:
@@ -264,7 +367,7 @@ class Supervisor:
     def child_exit_pending(self) -> bool:
         """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
         try:
-            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return True
         return info is not None and info.si_pid != 0
@@ -274,7 +377,8 @@ class Supervisor:
         # The leader is still a zombie here, so the group id cannot have been reused:
         # anything left in the group would run on after the lock is released.
         self._killpg(signal.SIGKILL)
-        code = self.proc.wait()
+        _, status = os.waitpid(self.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
         if self._tty_fd is not None:
             try:
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())
@@ -284,6 +388,7 @@ class Supervisor:
         return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
 
     def close(self) -> None:
+        self._reap_unlaunched()
         self._disarm_watchdog()
         self.restore_signal_handlers()
         for fd in (self._wake_r, self._wake_w):

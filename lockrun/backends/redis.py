@@ -111,6 +111,9 @@ def _connection_pool(url: str, timeout: float) -> ConnectionPool:
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),  # retries are the keeper's business, within the lease
         health_check_interval=0,
+        # RESP2: no HELLO (nor the maintenance-notification handshake RESP3 brings) before
+        # the first real command, and it works with every Redis version.
+        protocol=2,
         **_no_client_setinfo(),
     )
     options.pop("retry_on_timeout", None)
