@@ -6,13 +6,14 @@ lives in one Redis Cluster slot and a script may touch all of them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from typing import NamedTuple
 
 import redis
 from redis.backoff import NoBackoff
-from redis.connection import AbstractConnection, ConnectionPool, parse_url
+from redis.connection import ConnectionPool, parse_url
 from redis.retry import Retry
 
 from lockrun.backends import Duplicate, Holder, Lease, OnceKey
@@ -96,7 +97,7 @@ def _glob_escape(text: str) -> str:
 
 def _no_client_setinfo() -> dict:
     """Skip CLIENT SETINFO on connect: two fewer round trips before the first real command."""
-    if "driver_info" in AbstractConnection.__init__.__code__.co_varnames:  # redis-py >= 7
+    if importlib.util.find_spec("redis.driver_info") is not None:  # redis-py with driver_info
         return {"driver_info": None}
     return {"lib_name": None, "lib_version": None}
 
