@@ -22,8 +22,11 @@ def iso_ago(seconds: float) -> str:
 def parse_iso(text: str | None) -> datetime | None:
     if not text:
         return None
+    if not text.endswith("Z"):
+        return None
     try:
-        return datetime.strptime(text, ISO_FORMAT).replace(tzinfo=timezone.utc)
+        # fromisoformat is C code, strptime is not: status parses one per held lock.
+        return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
     except ValueError:
         return None
 

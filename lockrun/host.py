@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 
 
 @functools.lru_cache(maxsize=None)
 def hostname() -> str:
-    return socket.gethostname()
+    # The same value as socket.gethostname(), without importing socket (read commands
+    # that never touch the network should not pay for it).
+    return os.uname().nodename
 
 
 @functools.lru_cache(maxsize=None)

@@ -24,7 +24,10 @@ STATUS_STYLES = {
 
 
 def print_json(value) -> None:
-    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+    """Indented for a person at a terminal; compact for a pipe, where the C encoder is
+    several times faster (json's indent= forces the pure-Python one)."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(value, indent=indent) + "\n")
 
 
 def _console():

@@ -349,4 +349,8 @@ class Run:
             self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
             return
         message = f"could not release {lease.name!r} ({last_error}); it expires within {lease.ttl:g}s"
+        if succeeded and lease.once is not None:
+            # Worth a warning even after a lost lease: a rerun will not know the work was done.
+            self.report("warn", f"{message}; --once key {lease.once.key!r} was not marked done")
+            return
         self.report("info" if lost else "warn", message)

@@ -1,0 +1,68 @@
+"""Turn the benchmarks' JSON into bench/RESULTS.md: one table, each target met or not, with the evidence."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(folder: Path, name: str) -> dict:
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def main(folder: str, command: str) -> None:
+    d = Path(folder)
+    s, r, h, f, l, st = (load(d, n) for n in ("startup", "roundtrips", "handover", "footprint", "ledger", "status"))
+    m = s["machine"]
+    trips = r["cases"]
+    trips_ok = all(c["total"] == c["expected"] for c in trips.values())
+    hist = max(v for k, v in l["ratio_to_version"].items() if k.startswith("history"))
+    stat_local = l["ratio_to_version"]["status --json (local, 3 held)"]
+    burst = l["burst"]
+    rows = [
+        ("start-up: `lockrun -n b -- true` (Redis) / `python -c 'import click, redis, sqlite3'`",
+         f"{s['ratio']:.2f}x (local backend: {s['ratio_to_floor']['lockrun (local)']:.2f}x; flock: "
+         f"{s['median_ms']['flock -n f true']:.1f} ms; redis-cli wrapper: "
+         f"{s['median_ms']['sh: redis-cli SET NX; true; DEL']:.1f} ms)", "<= 1.10x", verdict(s["ratio"] <= 1.10)),
+        ("Redis round trips per uncontended run / per renewal",
+         "; ".join(f"{k}: {v['total']}" for k, v in trips.items()), "2 + 1 per renewal", verdict(trips_ok)),
+        ("hand-over latency, release to next command start",
+         f"p50 {h['p50_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms ({h['samples']} samples, {h['waiters']} waiters)",
+         "p50 <= 5 ms, p99 <= 25 ms", verdict(h["p50_ms"] <= 5 and h["p99_ms"] <= 25)),
+        (f"supervisor peak RSS, `--ttl 3 -- sleep {f['seconds']:g}`",
+         f"{f['peak_rss_mib']:.1f} MiB (+ watchdog {f['watchdog_rss_mib']:.1f} MiB; the bare stack: "
+         f"{f['floor_rss_mib']:.1f} MiB)", "<= 35 MiB", verdict(f["peak_rss_mib"] <= 35)),
+        (f"supervisor CPU, `--ttl 3 -- sleep {f['seconds']:g}`",
+         f"{f['cpu_s']:.3f} s (importing click, redis, sqlite3 alone: {f['floor_cpu_s']:.3f} s)", "<= 0.2 s",
+         verdict(f["cpu_s"] <= 0.2)),
+        (f"`history --limit 50 --json`, {l['rows']:,} rows / `lockrun --version`", f"{hist:.2f}x (worst filter)",
+         "<= 1.2x", verdict(hist <= 1.2)),
+        (f"`status --json`, {l['rows']:,} rows / `lockrun --version`",
+         f"{stat_local:.2f}x local backend; "
+         f"{l['ratio_to_version']['status --json (redis, 3 held)']:.2f}x with Redis", "<= 1.2x",
+         verdict(stat_local <= 1.2)),
+        ("50 concurrent runs recording", f"{burst['recorded']}/50 recorded, {burst['locked_messages']} "
+         "'database is locked'", "0 lost, 0 locked", verdict(burst["recorded"] == 50 and not burst["locked_messages"])),
+        ("`status --json` with 10,000 held locks", f"{st['median_s']:.3f} s ({st['listed']} listed)", "<= 1.5 s",
+         verdict(st["median_s"] <= 1.5 and st["listed"] == st["locks"])),
+    ]
+    print("# lockrun benchmark results\n")
+    print(f"Reproduce with `{command.strip()}` (from the repository root: `bench/run`). Machine: "
+          f"{m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
+          f"redis-server {m.get('redis_server', '?')}. Ratios are medians of per-round ratios of interleaved "
+          "runs, because this machine's speed drifts by ±20 % from one second to the next.\n")
+    print("| what | measured | target | result |")
+    print("|---|---|---|---|")
+    for what, measured, target, result in rows:
+        print(f"| {what} | {measured} | {target} | {result} |")
+    print()
+    print(Path(__file__).with_name("NOTES.md").read_text())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "bench/run")
