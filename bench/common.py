@@ -45,7 +45,7 @@ class RedisServer:
                 break
             except redis.RedisError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise SystemExit("redis-server did not start (is the redis-server package installed?)")
+                    raise SystemExit("redis-server did not start (is the redis-server package installed?)") from None
                 time.sleep(0.02)
 
     def client(self) -> redis.Redis:

@@ -52,7 +52,7 @@ def main(folder: str, command: str) -> None:
          verdict(st["median_s"] <= 1.5 and st["listed"] == st["locks"])),
     ]
     print("# lockrun benchmark results\n")
-    print(f"Reproduce with `{command.strip()}` (from the repository root: `bench/run`). Machine: "
+    print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). Machine: "
           f"{m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
           f"redis-server {m.get('redis_server', '?')}. Ratios are medians of per-round ratios of interleaved "
           "runs, because this machine's speed drifts by ±20 % from one second to the next.\n")

@@ -7,6 +7,7 @@ exceptions into a message line and an exit code.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -26,53 +27,38 @@ def _say(message: str) -> None:
 # --- parameter types: each wraps one validator from settings ----------------------------
 
 
-class Seconds(click.ParamType):
-    name = "SECONDS"
+class Validated(click.ParamType):
+    """A click type that defers to one validator from settings.
 
-    def __init__(self, minimum: float = 0.0, allow_zero: bool = False) -> None:
-        self.minimum = minimum
-        self.allow_zero = allow_zero
+    The validator's message becomes click's "Invalid value for '--opt'" line.
+    With ``echo_value``, the message keeps the value and drops the validator's
+    own "invalid --opt 'x':" prefix, which click already says.
+    """
 
-    def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            return value
-        try:
-            return settings.parse_seconds(value, param.opts[0] if param else "value",
-                                          minimum=self.minimum, allow_zero=self.allow_zero)
-        except LockrunError as exc:
-            self.fail(f"{value!r}: {str(exc).split(': ', 1)[-1]}", param, ctx)
-
-
-class Duration(click.ParamType):
-    name = "DURATION"
+    def __init__(self, name: str, validate, echo_value: bool = True) -> None:
+        self.name = name
+        self.validate = validate
+        self.echo_value = echo_value
 
     def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            return value
+        if not isinstance(value, str):
+            return value  # a default, already of the right type
         try:
-            return settings.parse_duration(value, param.opts[0] if param else "duration")
+            return self.validate(value, param.opts[0] if param else self.name)
         except LockrunError as exc:
-            self.fail(f"{value!r}: {str(exc).split(': ', 1)[-1]}", param, ctx)
+            message = f"{value!r}: {str(exc).split(': ', 1)[-1]}" if self.echo_value else str(exc)
+            self.fail(message, param, ctx)
 
 
-class LockName(click.ParamType):
-    name = "NAME"
-
-    def convert(self, value, param, ctx):
-        try:
-            return settings.validate_name(value)
-        except LockrunError as exc:
-            self.fail(str(exc), param, ctx)
+def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
+    return Validated(
+        "SECONDS", lambda value, what: settings.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
+    )
 
 
-class RedisURL(click.ParamType):
-    name = "URL"
-
-    def convert(self, value, param, ctx):
-        try:
-            return settings.validate_redis_url(value)
-        except LockrunError as exc:
-            self.fail(str(exc), param, ctx)
+DURATION = Validated("DURATION", settings.parse_duration)
+LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value), echo_value=False)
+REDIS_URL = Validated("URL", lambda value, what: settings.validate_redis_url(value), echo_value=False)
 
 
 # --- the group and its bare form -------------------------------------------------------------
@@ -96,7 +82,7 @@ def global_options(fn):
     options = [
         click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True,
                      help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),
-        click.option("--redis-url", type=RedisURL(), envvar="LOCKRUN_REDIS_URL", show_envvar=True,
+        click.option("--redis-url", type=REDIS_URL, envvar="LOCKRUN_REDIS_URL", show_envvar=True,
                      help="redis://, rediss:// or unix:// URL of the shared lock server."),
         click.option("--prefix", metavar="P", envvar="LOCKRUN_PREFIX", show_envvar=True,
                      help="Namespace of every Redis key [default: lockrun:]."),
@@ -130,14 +116,14 @@ def cli() -> None:
 
 
 @cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
-@click.option("-n", "--name", type=LockName(),
+@click.option("-n", "--name", type=LOCK_NAME,
               help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
-@click.option("--ttl", type=Seconds(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
+@click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
               help="Lease length in seconds, at least 1; renewed every TTL/3 [default: 60].")
-@click.option("-w", "--wait", type=Seconds(allow_zero=True), default=0.0, show_default=True,
+@click.option("-w", "--wait", type=seconds_type(allow_zero=True), default=0.0, show_default=True,
               help="Wait up to SECONDS for a busy lock (0: give up at once).")
-@click.option("--timeout", type=Seconds(), help="Stop the command after SECONDS; exit 124.")
-@click.option("--kill-after", type=Seconds(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
+@click.option("--timeout", type=seconds_type(), help="Stop the command after SECONDS; exit 124.")
+@click.option("--kill-after", type=seconds_type(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
               help="Grace between SIGTERM and SIGKILL when stopping the command.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
               help="What to do when the lease cannot be kept.")
@@ -145,15 +131,17 @@ def cli() -> None:
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
               help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
-@click.option("--remember", type=Duration(), default=settings.DEFAULT_REMEMBER, show_default=True,
+@click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
               help="How long a succeeded --once key is kept.")
+@click.option("--metrics-file", metavar="PATH",
+              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, verbose, quiet,
-        config, redis_url, prefix, ledger, command):
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, metrics_file, verbose,
+        quiet, config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
 
     \b
@@ -198,6 +186,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         backend_name=resolved.backend_name,
         report=report,
         ledger_keep_days=resolved.ledger_keep_days,
+        metrics_file=Path(metrics_file) if metrics_file else resolved.metrics_file,
     ).execute()
     ctx.exit(outcome.exit_code)
 
@@ -236,7 +225,7 @@ def complete_lock_names(ctx, param, incomplete):
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("names", nargs=-1, type=LockName(), metavar="[NAME]...", shell_complete=complete_lock_names)
+@click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {backend, locks: [...]}, one entry per lock.")
 @global_options
 @click.pass_context
@@ -281,7 +270,7 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("name", type=LockName(), shell_complete=complete_lock_names)
+@click.argument("name", type=LOCK_NAME, shell_complete=complete_lock_names)
 @click.option("--force", is_flag=True, help="Clear it even if the holder looks alive (its command is then stopped).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @global_options
@@ -344,11 +333,11 @@ STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeou
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("name", required=False, type=LockName(), shell_complete=complete_lock_names)
+@click.argument("name", required=False, type=LOCK_NAME, shell_complete=complete_lock_names)
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", default=20, show_default=True,
               help="Show at most N runs.")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
-@click.option("--since", type=Duration(), help="Only runs started within DURATION (90m, 12h, 7d).")
+@click.option("--since", type=DURATION, help="Only runs started within DURATION (90m, 12h, 7d).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
@@ -381,7 +370,7 @@ def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, 
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--older-than", type=Duration(), required=True, help="Delete finished runs older than DURATION.")
+@click.option("--older-than", type=DURATION, required=True, help="Delete finished runs older than DURATION.")
 @global_options
 @click.pass_context
 def prune(ctx, older_than, config, redis_url, prefix, ledger):
@@ -405,6 +394,35 @@ def prune(ctx, older_than, config, redis_url, prefix, ledger):
         book.close()
     click.echo(f"pruned {count} run{'s' if count != 1 else ''} older than {_duration_text(older_than)}"
                f" from {resolved.ledger_path}")
+    ctx.exit(0)
+
+
+@cli.command(context_settings=CONTEXT)
+@global_options
+@click.pass_context
+def metrics(ctx, config, redis_url, prefix, ledger):
+    """Print the ledger as Prometheus metrics (text exposition format).
+
+    \b
+      lockrun metrics > /var/lib/node_exporter/textfile/lockrun.prom
+      lockrun -n job --metrics-file /var/lib/node_exporter/textfile/lockrun.prom -- /opt/job
+
+    Per lock name: lockrun_last_run_timestamp_seconds,
+    lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,
+    lockrun_last_exit_code and lockrun_runs_total{status=...}.
+    """
+    from lockrun import metrics as exposition
+
+    resolved = _resolve(config, redis_url, prefix, ledger)
+    book = _open_ledger_for_reading(resolved.ledger_path)
+    if book is None:
+        from lockrun.ledger import Ledger
+
+        book = Ledger(resolved.ledger_path).open()  # an empty ledger: the families, no samples
+    try:
+        sys.stdout.write(exposition.exposition(book))
+    finally:
+        book.close()
     ctx.exit(0)
 
 

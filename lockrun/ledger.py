@@ -19,7 +19,7 @@ from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 15000
 
 STATUSES = (
@@ -63,6 +63,19 @@ _MIGRATIONS = {
         CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
         CREATE INDEX IF NOT EXISTS runs_status ON runs (status, started_at);
         CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+    # Totals per name and final status, kept as runs finish: the metrics read a few
+    # rows instead of counting a million, and pruning old runs does not make
+    # Prometheus counters go backwards.
+    2: """
+        CREATE TABLE IF NOT EXISTS run_counts (
+            name   TEXT NOT NULL,
+            status TEXT NOT NULL,
+            count  INTEGER NOT NULL,
+            PRIMARY KEY (name, status)
+        ) WITHOUT ROWID;
+        INSERT OR IGNORE INTO run_counts (name, status, count)
+            SELECT name, status, COUNT(*) FROM runs WHERE status != 'running' GROUP BY name, status;
     """,
 }
 
@@ -189,6 +202,26 @@ class Ledger:
         except sqlite3.Error as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
 
+    def _transaction(self, *statements: tuple[str, tuple]) -> None:
+        """Several writes that land together or not at all."""
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+
+        def run() -> None:
+            self._db.execute("BEGIN IMMEDIATE")  # take the write lock first: no upgrade deadlock
+            try:
+                for sql, params in statements:
+                    self._db.execute(sql, params)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+        try:
+            self._retry_locked(run)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
     # -- writes -------------------------------------------------------------------------
 
     def start(self, run: RunRecord) -> None:
@@ -224,10 +257,17 @@ class Ledger:
         error: str | None = None,
         note: str | None = None,
     ) -> None:
-        self._write(
-            "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
-            " fencing_token = COALESCE(?, fencing_token), error = ?, note = ? WHERE run_id = ?",
-            (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, run_id),
+        self._transaction(
+            (
+                "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
+                " fencing_token = COALESCE(?, fencing_token), error = ?, note = ? WHERE run_id = ?",
+                (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, run_id),
+            ),
+            (
+                "INSERT INTO run_counts (name, status, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
+                " ON CONFLICT (name, status) DO UPDATE SET count = count + 1",
+                (status, run_id),
+            ),
         )
 
     def record_event(self, run: RunRecord, *, status: str, note: str | None = None) -> None:
@@ -295,6 +335,19 @@ class Ledger:
             rows = [row for row in self._query(sql, tuple(params)) if row["status"] == status]
             return rows[:limit]
         return self._query(sql + " LIMIT ?", (*params, limit))
+
+    def run_counts(self) -> list[tuple[str, str, int]]:
+        """(name, status, count) of every finished run ever recorded, pruned ones included."""
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        try:
+            return [tuple(row) for row in self._db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    def last_with_status(self, name: str, status: str) -> dict | None:
+        rows = self._query(_SELECT + " WHERE name = ? AND status = ? ORDER BY started_at DESC LIMIT 1", (name, status))
+        return rows[0] if rows else None
 
     def last_finished(self, name: str) -> dict | None:
         """The newest finished run of ``name``; skips and unlocks are not runs."""

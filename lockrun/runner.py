@@ -76,6 +76,7 @@ class Run:
         backend_name: str,
         report: Report,
         ledger_keep_days: int | None = None,
+        metrics_file=None,
     ) -> None:
         self.options = options
         self.backend_factory = backend_factory
@@ -83,6 +84,7 @@ class Run:
         self.backend_name = backend_name
         self.report = report
         self.ledger_keep_days = ledger_keep_days
+        self.metrics_file = metrics_file
         self.run_id = uuid.uuid4().hex
         self.token = os.urandom(16).hex()  # 128 random bits from the kernel CSPRNG, new for every run
         self.ledger: Ledger | None = None
@@ -137,8 +139,18 @@ class Run:
         if self.ledger_keep_days:
             keep_s = self.ledger_keep_days * 86400.0
             self._ledger_call("prune", lambda ledger: ledger.prune_now_and_then(iso_ago(keep_s)))
+        if self.metrics_file is not None and self.ledger is not None:
+            self._write_metrics()
         if self.ledger is not None:
             self.ledger.close()
+
+    def _write_metrics(self) -> None:
+        from lockrun import metrics  # only runs that asked for it pay for the import
+
+        try:
+            metrics.write_file(self.metrics_file, metrics.exposition(self.ledger))
+        except (OSError, LedgerError) as exc:
+            self.report("warn", f"cannot write the metrics file {self.metrics_file} ({exc})")
 
     # -- the run ------------------------------------------------------------------------
 

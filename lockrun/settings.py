@@ -140,6 +140,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "state_dir": ((str,), "a string (directory)"),
     "ttl": ((int, float), "a number of seconds >= 1"),
     "ledger_keep_days": ((int,), "a whole number of days >= 1"),
+    "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
 }
 
 
@@ -219,6 +220,7 @@ class Settings(NamedTuple):
     ttl: float
     config_path: Path | None
     ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
+    metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
 
     @property
     def backend_name(self) -> str:
@@ -261,4 +263,5 @@ def resolve(
         ttl=float(ttl if ttl is not None else file.get("ttl", DEFAULT_TTL)),
         config_path=config_path,
         ledger_keep_days=file.get("ledger_keep_days"),
+        metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
     )

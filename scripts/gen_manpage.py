@@ -54,7 +54,8 @@ ENVIRONMENT = [
 ]
 
 FILES = [
-    ("/etc/lockrun.toml", "System-wide config file: redis_url, prefix, ledger, state_dir, ttl, ledger_keep_days. "
+    ("/etc/lockrun.toml", "System-wide config file: redis_url, prefix, ledger, state_dir, ttl, ledger_keep_days, "
+                          "metrics_file. "
                           "Must not be world-writable. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),

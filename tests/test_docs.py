@@ -97,7 +97,7 @@ def test_readme_exit_code_table_matches_the_enum_docs():
 def test_every_command_has_help_with_an_example():
     for name, command in cli.commands.items():
         assert command.help and "\b" in command.help, f"`lockrun {name} --help` lacks an example block"
-        assert re.search(rf"lockrun( \S+)* ", command.help)
+        assert re.search(r"lockrun( \S+)* ", command.help)
 
 
 def test_readme_test_command_is_what_ci_runs():

@@ -8,7 +8,7 @@ import sqlite3
 import sys
 from datetime import datetime, timedelta, timezone
 
-from lockrun.ledger import Ledger, RunRecord
+from lockrun.ledger import _MIGRATIONS, SCHEMA_VERSION, Ledger, RunRecord
 from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 
 PY = sys.executable
@@ -33,7 +33,7 @@ def test_ledger_is_wal_and_versioned(env, tmp_path):
     run_lockrun(env, "-n", "v", "--", "true")
     db = sqlite3.connect(tmp_path / "state" / "ledger.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     indexes = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"runs_name_started", "runs_status"} <= indexes
     db.close()
@@ -131,3 +131,19 @@ def test_history_without_a_ledger_is_empty(env):
     assert (result.returncode, json.loads(result.stdout)) == (0, [])
     human = run_lockrun(env, "history")
     assert human.returncode == 0 and "no runs" in human.stdout
+
+
+def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(_MIGRATIONS[1])
+    db.execute("PRAGMA user_version = 1")
+    for i, status in enumerate(["succeeded", "succeeded", "failed", "running"]):
+        db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at)"
+                   " VALUES (?, 'old', ?, 'h', 1, '[]', 'redis', '2026-01-01T00:00:00.000000Z')", (f"r{i}", status))
+    db.commit()
+    db.close()
+    ledger = Ledger(path).open()
+    assert ledger.run_counts() == [("old", "failed", 1), ("old", "succeeded", 2)]
+    assert len(ledger.history("old")) == 4
+    ledger.close()

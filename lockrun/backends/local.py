@@ -217,7 +217,9 @@ class LocalBackend:
             expires = time.time() + once.remember_s
             _write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True)
         except OSError as exc:
-            raise BackendUnavailable(f"cannot mark --once key {once.key!r} done in {path.parent}: {exc.strerror}")
+            raise BackendUnavailable(
+                f"cannot mark --once key {once.key!r} done in {path.parent}: {exc.strerror}"
+            ) from None
 
     # -- inspection -------------------------------------------------------------------------------
 
@@ -257,7 +259,9 @@ class LocalBackend:
             except FileNotFoundError:
                 return []
             except OSError as exc:
-                raise BackendUnavailable(f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}")
+                raise BackendUnavailable(
+                    f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}"
+                ) from None
             names = [unquote(f[: -len(LOCK_SUFFIX)]) for f in files]
         found = []
         for name in names:

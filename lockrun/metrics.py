@@ -1,0 +1,72 @@
+"""Prometheus text exposition of the ledger: one family per question an alert asks.
+
+- when did NAME last run, and last succeed? (alert: "has not succeeded for 2 h")
+- how long did it take, and how did it end?
+- how many runs ended in each status? (alert: rate of failed/lost/busy)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lockrun.clock import parse_iso
+from lockrun.ledger import Ledger
+
+FAMILIES = (
+    ("lockrun_last_run_timestamp_seconds", "gauge", "Start time of the newest finished run (Unix seconds)."),
+    ("lockrun_last_success_timestamp_seconds", "gauge", "End time of the newest succeeded run (Unix seconds)."),
+    ("lockrun_last_duration_seconds", "gauge", "Duration of the newest finished run."),
+    ("lockrun_last_exit_code", "gauge", "Exit code of the newest finished run's command (absent: none, e.g. killed)."),
+    ("lockrun_runs_total", "counter", "Finished runs by final status, pruned ones included."),
+)
+
+
+def escape_label(value: str) -> str:
+    """Label values per the exposition format: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _unix(iso: str | None) -> float | None:
+    moment = parse_iso(iso)
+    return moment.timestamp() if moment else None
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+def exposition(ledger: Ledger) -> str:
+    counts = ledger.run_counts()
+    names = sorted({name for name, _, _ in counts})
+    samples: dict[str, list[str]] = {family: [] for family, _, _ in FAMILIES}
+    for name in names:
+        label = f'name="{escape_label(name)}"'
+        last = ledger.last_finished(name)
+        success = ledger.last_with_status(name, "succeeded")
+        if last is not None:
+            if (started := _unix(last["started_at"])) is not None:
+                samples["lockrun_last_run_timestamp_seconds"].append(f"{{{label}}} {_number(started)}")
+            if last["duration_s"] is not None:
+                samples["lockrun_last_duration_seconds"].append(f"{{{label}}} {_number(last['duration_s'])}")
+            if last["exit_code"] is not None:
+                samples["lockrun_last_exit_code"].append(f"{{{label}}} {last['exit_code']}")
+        if success is not None and (ended := _unix(success["ended_at"])) is not None:
+            samples["lockrun_last_success_timestamp_seconds"].append(f"{{{label}}} {_number(ended)}")
+    for name, status, count in counts:
+        samples["lockrun_runs_total"].append(f'{{name="{escape_label(name)}",status="{escape_label(status)}"}} {count}')
+    lines = []
+    for family, kind, help_text in FAMILIES:
+        lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]
+        lines += [f"{family}{sample}" for sample in samples[family]]
+    return "\n".join(lines) + "\n"
+
+
+def write_file(path: Path, text: str) -> None:
+    """Replace ``path`` atomically: node_exporter must never read half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
