@@ -61,6 +61,11 @@ LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value),
 REDIS_URL = Validated("URL", lambda value, what: settings.validate_redis_url(value), echo_value=False)
 
 
+SIZE = Validated("SIZE", settings.parse_size)
+NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
+ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
+
+
 # --- the group and its bare form -------------------------------------------------------------
 
 
@@ -135,13 +140,25 @@ def cli() -> None:
               help="How long a succeeded --once key is kept.")
 @click.option("--metrics-file", metavar="PATH",
               help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
+@click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
+              help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
+@click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(settings.DEFAULT_NOTIFY_ON),
+              show_default=True, help="Which outcomes --notify reports (comma-separated ledger statuses).")
+@click.option("--notify-format", type=click.Choice(["json", "slack"]), default="json", show_default=True,
+              help="slack: a {\"text\": ...} body for Slack-compatible incoming webhooks.")
+@click.option("--ping", "ping_url", metavar="URL", type=ENDPOINT,
+              help="healthchecks.io-style pings: URL/start, then URL (success), URL/EXIT_CODE or URL/fail.")
+@click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
+@click.option("--capture-tail", metavar="SIZE", type=SIZE,
+              help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, metrics_file, verbose,
-        quiet, config, redis_url, prefix, ledger, command):
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, metrics_file,
+        notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail, verbose, quiet,
+        config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
 
     \b
@@ -170,6 +187,12 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         busy_exit_code=busy_exit_code,
         once_key=settings.expand_once_key(once) if once is not None else None,
         remember=remember,
+        capture_tail=capture_tail,
+        notify_urls=tuple(notify_urls) or resolved.notify_urls,
+        notify_on=notify_on,
+        notify_slack=notify_format == "slack",
+        ping_url=ping_url,
+        ping_on_busy=ping_on_busy,
     )
 
     def report(level: str, message: str) -> None:
@@ -394,6 +417,44 @@ def prune(ctx, older_than, config, redis_url, prefix, ledger):
         book.close()
     click.echo(f"pruned {count} run{'s' if count != 1 else ''} older than {_duration_text(older_than)}"
                f" from {resolved.ledger_path}")
+    ctx.exit(0)
+
+
+RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value), echo_value=False)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("run_id", type=RUN_ID)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: the run as in history --json, plus output_tail.")
+@global_options
+@click.pass_context
+def show(ctx, run_id, as_json, config, redis_url, prefix, ledger):
+    """Show one run from the ledger, with its output tail (--capture-tail).
+
+    \b
+      lockrun show 3f2a9c1e          # a prefix of the run id is enough
+      lockrun show 3f2a9c1e --json
+
+    Exits 1 when no run has that id.
+    """
+    from lockrun import render
+
+    resolved = _resolve(config, redis_url, prefix, ledger)
+    book = _open_ledger_for_reading(resolved.ledger_path)
+    found = None
+    if book is not None:
+        try:
+            found = book.find_run(run_id)
+        finally:
+            book.close()
+    if found is None:
+        _say(f"no run {run_id!r} in the ledger {resolved.ledger_path}")
+        ctx.exit(1)
+    row, tail = found
+    if as_json:
+        render.print_json({**row, "output_tail": tail})
+    else:
+        render.run_details(row, tail)
     ctx.exit(0)
 
 

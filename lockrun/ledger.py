@@ -19,7 +19,7 @@ from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 15000
 
 STATUSES = (
@@ -76,6 +76,10 @@ _MIGRATIONS = {
         ) WITHOUT ROWID;
         INSERT OR IGNORE INTO run_counts (name, status, count)
             SELECT name, status, COUNT(*) FROM runs WHERE status != 'running' GROUP BY name, status;
+    """,
+    # The last bytes of the command's output, with --capture-tail (shown by `lockrun show`).
+    3: """
+        ALTER TABLE runs ADD COLUMN output_tail TEXT;
     """,
 }
 
@@ -256,12 +260,14 @@ class Ledger:
         fencing_token: int | None = None,
         error: str | None = None,
         note: str | None = None,
+        output_tail: str | None = None,
     ) -> None:
         self._transaction(
             (
                 "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
-                " fencing_token = COALESCE(?, fencing_token), error = ?, note = ? WHERE run_id = ?",
-                (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, run_id),
+                " fencing_token = COALESCE(?, fencing_token), error = ?, note = ?, output_tail = ?"
+                " WHERE run_id = ?",
+                (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, output_tail, run_id),
             ),
             (
                 "INSERT INTO run_counts (name, status, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
@@ -335,6 +341,24 @@ class Ledger:
             rows = [row for row in self._query(sql, tuple(params)) if row["status"] == status]
             return rows[:limit]
         return self._query(sql + " LIMIT ?", (*params, limit))
+
+    def find_run(self, run_id_prefix: str) -> tuple[dict, str | None] | None:
+        """The run whose id starts with ``run_id_prefix``, and its output tail.
+
+        Raises LedgerError when the prefix matches several runs.
+        """
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        pattern = run_id_prefix + "%"  # the CLI lets only hex digits through: no LIKE wildcards
+        try:
+            rows = self._db.execute(
+                _SELECT.replace(" FROM runs", ", output_tail FROM runs") + " WHERE run_id LIKE ? LIMIT 2", (pattern,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        if len(rows) > 1:
+            raise LedgerError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
+        return (_row_to_dict(rows[0]), rows[0]["output_tail"]) if rows else None
 
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(name, status, count) of every finished run ever recorded, pruned ones included."""

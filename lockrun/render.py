@@ -118,3 +118,17 @@ def history_table(rows: list[dict]) -> None:
             _styled(_command(row["command"]), None),
         )
     console.print(table)
+
+
+def run_details(row: dict, tail: str | None) -> None:
+    """One run, field by field, then its output tail as it was (no markup)."""
+    width = max(len(key) for key in row)
+    lines = []
+    for key, value in row.items():
+        shown = " ".join(value) if key == "command" else ("-" if value is None else value)
+        lines.append(f"{key.ljust(width)}  {shown}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    if tail is not None:
+        sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{tail}")
+        if tail and not tail.endswith("\n"):
+            sys.stdout.write("\n")

@@ -28,6 +28,7 @@ from lockrun.supervisor import ChildExit, Supervisor, check_runnable
 Report = Callable[[str, str], None]
 
 RELEASE_ATTEMPTS = 3
+HOLDER_FIELDS_FOR_PAYLOAD = ("host", "pid", "run_id", "command", "started_at", "heartbeat_at", "ttl_remaining_s")
 
 
 class RunOptions(NamedTuple):
@@ -41,6 +42,12 @@ class RunOptions(NamedTuple):
     busy_exit_code: int = ExitCode.BUSY
     once_key: str | None = None  # already strftime-expanded
     remember: float = 30 * 86400.0
+    capture_tail: int | None = None  # bytes of combined output to keep; None: stdio inherited
+    notify_urls: tuple[str, ...] = ()
+    notify_on: tuple[str, ...] = ()
+    notify_slack: bool = False
+    ping_url: str | None = None
+    ping_on_busy: bool = False
 
 
 class Outcome(NamedTuple):
@@ -51,6 +58,8 @@ class Outcome(NamedTuple):
     fencing_token: int | None = None
     error: str | None = None
     note: str | None = None
+    holder: Holder | None = None  # who kept us out, for a busy outcome
+    output_tail: str | None = None
 
 
 def busy_message(holder: Holder) -> str:
@@ -90,6 +99,9 @@ class Run:
         self.ledger: Ledger | None = None
         self.started_wall = utc_now_iso()
         self.started_mono = time.monotonic()
+        self.ended_wall: str | None = None
+        self.duration_s: float | None = None
+        self.start_ping = None  # notify.StartPing, when --ping is given and the command started
 
     # -- ledger (best effort: a broken ledger never stops the command) ------------------
 
@@ -127,13 +139,15 @@ class Run:
             lambda ledger: ledger.finish(
                 self.run_id,
                 status=outcome.status,
-                ended_at=utc_now_iso(),
-                duration_s=round(time.monotonic() - self.started_mono, 6),
+                ended_at=self.ended_wall or utc_now_iso(),
+                duration_s=self.duration_s if self.duration_s is not None else round(
+                    time.monotonic() - self.started_mono, 6),
                 exit_code=outcome.command_exit,
                 signal=outcome.signal,
                 fencing_token=outcome.fencing_token,
                 error=outcome.error,
                 note=outcome.note,
+                output_tail=outcome.output_tail,
             ),
         )
         if self.ledger_keep_days:
@@ -165,7 +179,7 @@ class Run:
             return outcome
         self._open_ledger()
         env = {**os.environ, "LOCKRUN_NAME": self.options.name, "LOCKRUN_RUN_ID": self.run_id}
-        supervisor = Supervisor(self.options.argv, env=env)
+        supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail)
         supervisor.install_signal_handlers()
         backend = None
         try:
@@ -185,8 +199,54 @@ class Run:
             supervisor.close()
             if backend is not None:
                 backend.close()
+        # The lock is released by now: telling someone may take seconds, never the lease.
+        self.ended_wall = utc_now_iso()
+        self.duration_s = round(time.monotonic() - self.started_mono, 6)
+        outcome = self._tell(outcome)
         self._finish_ledger(outcome)
         return outcome
+
+    def _tell(self, outcome: Outcome) -> Outcome:
+        """Final ping and webhooks; a failed delivery is a warning and a ledger note."""
+        opts = self.options
+        ping = opts.ping_url and (outcome.status != "busy" or opts.ping_on_busy)
+        notify = opts.notify_urls and outcome.status in opts.notify_on
+        if not (ping or notify or self.start_ping):
+            return outcome
+        from lockrun import notify as telling  # only runs that asked for it pay for urllib
+
+        failures = [self.start_ping.wait()] if self.start_ping else []
+        run = self._as_ledger_row(outcome)
+        jobs = []
+        if ping:
+            body = outcome.output_tail or (busy_message(outcome.holder) if outcome.holder else outcome.error) or ""
+            event = telling.ping_event(outcome.status, outcome.command_exit, outcome.signal)
+            jobs.append(lambda: [telling.send_ping(opts.ping_url, event, self.run_id, body)])
+        if notify:
+            holder = None
+            if outcome.holder:  # never the holder's owner token: with it anyone could delete the lock
+                holder = {k: v for k, v in outcome.holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
+            payload = telling.webhook_payload(run, holder, outcome.output_tail)
+            jobs.append(lambda: telling.send_webhooks(list(opts.notify_urls), payload, opts.notify_slack))
+        for job in jobs:
+            failures += job()
+        failures = [f for f in failures if f]
+        if not failures:
+            return outcome
+        summary = "; ".join(failures)
+        self.report("warn", f"could not deliver notifications: {summary}")
+        note = f"{outcome.note}; " if outcome.note else ""
+        return outcome._replace(note=f"{note}notification failed: {summary}")
+
+    def _as_ledger_row(self, outcome: Outcome) -> dict:
+        return {
+            "run_id": self.run_id, "name": self.options.name, "status": outcome.status,
+            "exit_code": outcome.command_exit, "signal": outcome.signal, "host": host.hostname(),
+            "pid": os.getpid(), "command": self.options.argv, "backend": self.backend_name,
+            "started_at": self.started_wall, "ended_at": self.ended_wall, "duration_s": self.duration_s,
+            "fencing_token": outcome.fencing_token, "once_key": self.options.once_key, "error": outcome.error,
+            "note": outcome.note,
+        }
 
     def _holder_info(self) -> dict[str, str]:
         now = utc_now_iso()
@@ -251,7 +311,7 @@ class Run:
         if isinstance(got, Holder):
             note = f"held by {got.describe()}"
             self.report("info", busy_message(got))
-            return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note)
+            return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note, holder=got)
         lease = got
         try:
             outcome = self._supervise(backend, supervisor, lease)
@@ -271,6 +331,10 @@ class Run:
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
+        if opts.ping_url:
+            from lockrun.notify import StartPing
+
+            self.start_ping = StartPing(opts.ping_url, self.run_id)
         keeper = Keeper(
             backend,
             lease,
@@ -286,7 +350,7 @@ class Run:
             # Also on an unexpected error: the group is gone before the lock is released.
             child = supervisor.finish()
             keeper.stop()
-        return self._outcome(child, stop_reason, lost_note, lease)
+        return self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
 
     def _watch(self, supervisor: Supervisor, keeper: Keeper) -> tuple[str | None, str | None]:
         """Wait for the child to exit, stopping it on a lost lease or a timeout.
@@ -337,8 +401,11 @@ class Run:
             return f"no renewal succeeded for {silent_for:.1f}s ({why})"
         return None
 
-    def _outcome(self, child: ChildExit, stop_reason: str | None, lost_note: str | None, lease: Lease) -> Outcome:
-        common = dict(command_exit=child.returncode, signal=child.signal, fencing_token=lease.fencing_token)
+    def _outcome(
+        self, child: ChildExit, stop_reason: str | None, lost_note: str | None, lease: Lease, tail: str | None
+    ) -> Outcome:
+        common = dict(command_exit=child.returncode, signal=child.signal, fencing_token=lease.fencing_token,
+                      output_tail=tail)
         if stop_reason == "lost":
             return Outcome(exit_code=ExitCode.LOST, status="lost", **common)
         if stop_reason == "timeout":

@@ -59,6 +59,16 @@ def expand_once_key(template: str) -> str:
     return key
 
 
+_RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
+
+
+def validate_run_id(text: str) -> str:
+    """A run id or a prefix of it: 4 to 32 lower-case hex digits."""
+    if not _RUN_ID_RE.fullmatch(text):
+        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it (see lockrun history)")
+    return text
+
+
 def default_name(argv: list[str]) -> str:
     """``cmd-`` + 12 hex of sha256 over the argv joined by NUL.
 
@@ -87,6 +97,60 @@ def parse_duration(text: str, what: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise UsageError(f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d)")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+_SIZE_RE = re.compile(r"(\d+)([kKmM]?)[bB]?")
+MAX_TAIL = 16 * 1024 * 1024
+
+
+def parse_size(text: str, what: str) -> int:
+    """``512``, ``10k``, ``1m`` (powers of 1024) -> bytes, 1 byte to 16 MiB."""
+    match = _SIZE_RE.fullmatch(str(text).strip())
+    size = int(match.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()] if match else 0
+    if not 0 < size <= MAX_TAIL:
+        raise UsageError(f"invalid {what} {text!r}: expected a size like 512, 10k or 1m (at most 16m)")
+    return size
+
+
+# What --notify-on may name: every final status a run can end in.
+NOTIFY_STATUSES = ("succeeded", "failed", "busy", "duplicate", "timeout", "lost", "killed", "unavailable", "error")
+DEFAULT_NOTIFY_ON = ("failed", "lost", "timeout", "unavailable", "error")
+
+
+def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:
+    """``failed,lost`` -> ("failed", "lost"); every name must be a final ledger status."""
+    statuses = tuple(part.strip() for part in str(text).split(",") if part.strip())
+    if not statuses or any(status not in NOTIFY_STATUSES for status in statuses):
+        raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_STATUSES)}")
+    return statuses
+
+
+def redact_endpoint(url: str) -> str:
+    """``https://hooks.example.com/…``: enough to tell endpoints apart, no secrets.
+
+    A webhook's query string and a ping URL's path (the check's UUID) are its
+    credentials, so neither is ever shown or stored.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<unparseable URL>"
+    return f"{parts.scheme}://{host}{port}/…"
+
+
+def validate_http_url(url: str, what: str) -> str:
+    """An http(s) URL with a host; the message never shows the URL's secrets."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"invalid {what} {redact_endpoint(url)!r}: expected an http:// or https:// URL")
+    return url
 
 
 def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
@@ -141,6 +205,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "ttl": ((int, float), "a number of seconds >= 1"),
     "ledger_keep_days": ((int,), "a whole number of days >= 1"),
     "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
+    "notify_urls": ((list,), "a list of http:// or https:// URLs"),
 }
 
 
@@ -199,6 +264,14 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: ttl must be {expected}")
         if key == "ledger_keep_days" and value < 1:
             raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
+        if key == "notify_urls":
+            if not all(isinstance(url, str) for url in value):
+                raise ConfigError(f"config file {where}: notify_urls must be {expected}")
+            for url in value:
+                try:
+                    validate_http_url(url, "notify_urls entry")
+                except UsageError as exc:
+                    raise ConfigError(f"config file {where}: {exc}") from None
         if key == "redis_url":
             try:
                 validate_redis_url(value, ConfigError)
@@ -221,6 +294,7 @@ class Settings(NamedTuple):
     config_path: Path | None
     ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
     metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
+    notify_urls: tuple[str, ...] = ()
 
     @property
     def backend_name(self) -> str:
@@ -264,4 +338,5 @@ def resolve(
         config_path=config_path,
         ledger_keep_days=file.get("ledger_keep_days"),
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
+        notify_urls=tuple(file.get("notify_urls", ())),
     )

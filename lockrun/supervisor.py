@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import json
 import os
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -103,13 +105,23 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor from 3 up except ``keep``."""
+    start = 3
+    for fd in sorted(keep):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
+
+
 def _launcher(
     argv: list[str], program: str | None, base_env: dict, ctl_r: int, err_w: int, prctl, parent: int,
-    tty_fd: int | None,
+    tty_fd: int | None, output_fds: tuple[int, int] | None,
 ) -> None:
     """The command's process between fork and exec. Never returns.
 
-    Only fd 0-2, the control pipe and the error pipe stay open; the signal
+    Only fd 0-2, the control pipe and the error pipe stay open (with
+    ``output_fds``, stdout and stderr become those pipes); the signal
     dispositions lockrun changed are reset, as subprocess does.
     """
     try:
@@ -121,10 +133,10 @@ def _launcher(
         signal.set_wakeup_fd(-1)
         for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
-        low, high = sorted((ctl_r, err_w))
-        os.closerange(3, low)
-        os.closerange(low + 1, high)
-        os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+        if output_fds is not None:
+            os.dup2(output_fds[0], 1)
+            os.dup2(output_fds[1], 2)
+        _close_all_but({ctl_r, err_w})
         message = _read_all(ctl_r)
         if not message:
             os._exit(0)  # lockrun decided not to run the command
@@ -145,10 +157,70 @@ def _launcher(
     os._exit(ExitCode.NOT_FOUND)
 
 
+PUMP_DRAIN_S = 2.0
+
+
+class OutputTail:
+    """The last ``size`` bytes of the command's combined output, in arrival order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._length = 0
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            self._chunks.append(data)
+            self._length += len(data)
+            while self._length - len(self._chunks[0]) >= self.size:
+                self._length -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        with self._lock:
+            data = b"".join(self._chunks)[-self.size :]
+        return data.decode("utf-8", "replace")
+
+
+class _Pump:
+    """Copies one of the command's output pipes to lockrun's own descriptor, keeping a tail.
+
+    Every byte is passed on as it comes, in order; if lockrun's own output is
+    gone (a closed pipe), the pump keeps reading so that the command never
+    blocks on a full pipe.
+    """
+
+    def __init__(self, source: int, target: int, tail: OutputTail) -> None:
+        self.source, self.target, self.tail = source, target, tail
+        self._thread = threading.Thread(target=self._run, name=f"lockrun-pump-{target}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        passing = True
+        try:
+            while chunk := os.read(self.source, 65536):
+                self.tail.feed(chunk)
+                if passing:
+                    try:
+                        _write_all(self.target, chunk)
+                    except OSError:
+                        passing = False
+        except OSError:
+            pass
+        finally:
+            os.close(self.source)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
 class Supervisor:
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], capture_tail: int | None = None) -> None:
         self.argv = argv
         self.env = env
+        self.tail = OutputTail(capture_tail) if capture_tail else None
+        self._output_fds: tuple[int, int] | None = None
+        self._pumps: list[_Pump] = []
         self.pid: int | None = None  # the command's process (forked by prepare, exec'd by spawn)
         self.pgid: int | None = None
         self.launched = False
@@ -257,11 +329,20 @@ class Supervisor:
         self._program = shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath))
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
+        output_fds = None
+        if self.tail is not None:
+            out_r, out_w = os.pipe()
+            errout_r, errout_w = os.pipe()
+            output_fds = (out_w, errout_w)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
-            _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd)
+            _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
         os.close(ctl_r)
         os.close(err_w)
+        if output_fds is not None:
+            os.close(out_w)
+            os.close(errout_w)
+            self._output_fds = (out_r, errout_r)
         try:
             os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
         except OSError:
@@ -297,6 +378,11 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
+        if self._output_fds is not None:
+            self._pumps = [
+                _Pump(self._output_fds[0], 1, self.tail),
+                _Pump(self._output_fds[1], 2, self.tail),
+            ]
         # A signal that arrived before the command existed is forwarded now.
         for signum in self.received:
             self._killpg(signum)
@@ -306,10 +392,10 @@ class Supervisor:
         """Let a prepared launcher go without running anything (busy, interrupted, failed)."""
         if self.pid is None or self.launched:
             return
-        for fd in (self._ctl_w, self._err_r):
+        for fd in (self._ctl_w, self._err_r, *(self._output_fds or ())):
             if fd is not None:
                 os.close(fd)
-        self._ctl_w = self._err_r = None
+        self._ctl_w = self._err_r = self._output_fds = None
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -379,6 +465,8 @@ class Supervisor:
         self._killpg(signal.SIGKILL)
         _, status = os.waitpid(self.pid, 0)
         code = os.waitstatus_to_exitcode(status)
+        for pump in self._pumps:  # the whole group is gone: the pipes are at EOF, unless a
+            pump.join(PUMP_DRAIN_S)  # process that left the group still holds them
         if self._tty_fd is not None:
             try:
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())

@@ -71,6 +71,9 @@ EXAMPLES = [
      "0 * * * * lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report"),
     ("Run a day's payroll at most once, however often it is started:",
      "0 6 * * * lockrun -n payroll --once 'payroll-%Y-%m-%d' -- /opt/app/bin/payroll"),
+    ("Ping healthchecks.io around each run and post failures to Slack with the output's last 10 KiB:",
+     "*/10 * * * * lockrun -n sync --capture-tail 10k --ping https://hc-ping.com/UUID "
+     "--notify https://hooks.slack.com/services/T/B/X --notify-format slack -- /opt/app/bin/sync"),
     ("A shell pipeline (lockrun runs argv directly):",
      "30 2 * * * lockrun -n dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
     ("See who holds what, what ran, and clear a crashed holder:",

@@ -1,0 +1,167 @@
+"""Telling someone: webhooks after a run, healthchecks.io-style pings around it.
+
+Every delivery is bounded (two attempts of at most ATTEMPT_TIMEOUT seconds each),
+never changes lockrun's exit code, and a failure comes back as one line for a
+warning and the ledger's note. Endpoints are shown as ``scheme://host/…``: a
+webhook's query string and a ping URL's path are its credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+from lockrun import __version__
+from lockrun.settings import redact_endpoint
+
+ATTEMPT_TIMEOUT = 2.0
+ATTEMPTS = 2
+TOTAL_BUDGET = 5.0  # seconds for all attempts of one delivery
+RETRY_PAUSE = 0.2
+
+USER_AGENT = f"lockrun/{__version__}"
+
+
+def post(url: str, body: bytes, content_type: str) -> str | None:
+    """POST with one retry inside TOTAL_BUDGET seconds. None on success, else why it failed."""
+    deadline = time.monotonic() + TOTAL_BUDGET
+    reason = "not attempted"
+    for attempt in range(ATTEMPTS):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=min(ATTEMPT_TIMEOUT, left)) as response:
+                response.read(65536)
+                return None
+        except urllib.error.HTTPError as exc:
+            reason = f"HTTP {exc.code}"
+            if exc.code < 500:  # the endpoint said no: asking again will not change its mind
+                break
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            inner = getattr(exc, "reason", exc)
+            reason = type(inner).__name__ if isinstance(inner, BaseException) else str(inner)
+            if isinstance(inner, OSError) and inner.strerror:
+                reason = inner.strerror
+            if "timed out" in str(inner):
+                reason = "timed out"
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
+    return f"{redact_endpoint(url)}: {reason}"
+
+
+# -- webhooks -------------------------------------------------------------------------------
+
+
+def webhook_payload(run: dict, holder: dict | None, output_tail: str | None) -> dict:
+    """The JSON document a webhook receives for one run outcome."""
+    return {
+        "name": run["name"],
+        "status": run["status"],
+        "exit_code": run["exit_code"],
+        "signal": run["signal"],
+        "host": run["host"],
+        "run_id": run["run_id"],
+        "started_at": run["started_at"],
+        "ended_at": run["ended_at"],
+        "duration_s": run["duration_s"],
+        "fencing_token": run["fencing_token"],
+        "command": run["command"],
+        "error": run["error"],
+        "note": run["note"],
+        "holder": holder,
+        "output_tail": output_tail,
+        "lockrun_version": __version__,
+    }
+
+
+def slack_text(payload: dict) -> dict:
+    """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
+    icon = {"succeeded": ":white_check_mark:", "busy": ":hourglass:", "duplicate": ":repeat:"}.get(
+        payload["status"], ":x:"
+    )
+    how = f"exit {payload['exit_code']}" if payload["exit_code"] is not None else (
+        f"signal {payload['signal']}" if payload["signal"] is not None else payload["status"])
+    text = f"{icon} lockrun: *{payload['name']}* {payload['status']} ({how}) on {payload['host']}"
+    if payload["duration_s"] is not None:
+        text += f" after {payload['duration_s']:.1f}s"
+    text += f", run {payload['run_id'][:8]}"
+    holder = payload.get("holder")
+    if holder:
+        text += f"; held by {holder.get('host')}:{holder.get('pid')}"
+    if payload["error"]:
+        text += f"\n{payload['error']}"
+    if payload["output_tail"]:
+        text += "\n```" + payload["output_tail"][-2000:] + "```"
+    return {"text": text}
+
+
+def send_webhooks(urls: list[str], payload: dict, slack: bool) -> list[str]:
+    """Deliver to every URL at once (so N endpoints cost one budget, not N). Returns the failures."""
+    body = json.dumps(slack_text(payload) if slack else payload).encode()
+    return _in_parallel([(url, body, "application/json") for url in urls])
+
+
+# -- pings (the healthchecks.io protocol) --------------------------------------------------------
+
+
+def ping_url(base: str, event: str, run_id: str) -> str:
+    """``URL/start``, ``URL``, ``URL/<exit code>`` or ``URL/fail``, with ``?rid=RUN_ID``."""
+    parts = urlsplit(base)
+    path = parts.path.rstrip("/") + (f"/{event}" if event else "")
+    query = (parts.query + "&" if parts.query else "") + f"rid={run_id}"
+    return parts._replace(path=path, query=query).geturl()
+
+
+def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
+    """Which ping a final status sends: "" (success), an exit code, or "fail"."""
+    if status in ("succeeded", "duplicate"):
+        return ""
+    if status == "failed" and exit_code is not None:
+        return str(exit_code)
+    if status == "killed" and signal is not None:
+        return str(128 + signal)
+    return "fail"
+
+
+class StartPing:
+    """The start ping, sent beside the command so a slow endpoint never delays it."""
+
+    def __init__(self, base: str, run_id: str) -> None:
+        self.failure: str | None = None
+        self._thread = threading.Thread(
+            target=self._send, args=(ping_url(base, "start", run_id),), name="lockrun-ping", daemon=True
+        )
+        self._thread.start()
+
+    def _send(self, url: str) -> None:
+        self.failure = post(url, b"", "text/plain")
+
+    def wait(self) -> str | None:
+        self._thread.join(TOTAL_BUDGET + 1.0)
+        return self.failure
+
+
+def send_ping(base: str, event: str, run_id: str, body: str | None) -> str | None:
+    return post(ping_url(base, event, run_id), (body or "").encode("utf-8", "replace"), "text/plain; charset=utf-8")
+
+
+def _in_parallel(jobs: list[tuple[str, bytes, str]]) -> list[str]:
+    failures: list[str | None] = [None] * len(jobs)
+
+    def deliver(index: int, url: str, body: bytes, content_type: str) -> None:
+        failures[index] = post(url, body, content_type)
+
+    threads = [threading.Thread(target=deliver, args=(i, *job), daemon=True) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TOTAL_BUDGET + 1.0)
+    return [failure for failure in failures if failure]
