@@ -76,3 +76,29 @@ def test_tokens_are_new_for_every_run(env, redis_server, tmp_path):
 def test_missing_command_does_not_take_the_lock(env, redis_server):
     run_lockrun(env, "-n", "m", "--", "no-such-command-xyz")
     assert redis_server.client().get("lockrun:{m}:fence") is None
+
+
+def test_ttl_precedence_flag_env_file_default(env, redis_server, tmp_path):
+    """flag > environment > config file > default, seen in the lease the holder really takes."""
+    client = redis_server.client()
+    config = tmp_path / "ttl.toml"
+    config.write_text(f'redis_url = "{redis_server.url}"\nttl = 30\n')
+    env["LOCKRUN_CONFIG"] = str(config)
+    script = "import os, sys, time; open(sys.argv[1], 'w').close(); time.sleep(30)"
+
+    def ttl_ms_of(*args, extra_env=None):
+        flag = tmp_path / "started"
+        flag.unlink(missing_ok=True)
+        proc = spawn_lockrun({**env, **(extra_env or {})}, "-n", "prec", *args, "--", PY, "-c", script, str(flag))
+        try:
+            wait_until(flag.exists, what="the command")
+            return int(client.hget("lockrun:{prec}:info", "ttl_ms"))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    assert ttl_ms_of() == 30000  # the config file
+    assert ttl_ms_of(extra_env={"LOCKRUN_TTL": "20"}) == 20000  # the environment beats the file
+    assert ttl_ms_of("--ttl", "10", extra_env={"LOCKRUN_TTL": "20"}) == 10000  # the flag beats both
+    config.write_text(f'redis_url = "{redis_server.url}"\n')
+    assert ttl_ms_of() == 60000  # the default
