@@ -125,8 +125,9 @@ def cli() -> None:
               help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
 @click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
               help="Lease length in seconds, at least 1; renewed every TTL/3 [default: 60].")
-@click.option("-w", "--wait", type=seconds_type(allow_zero=True), default=0.0, show_default=True,
-              help="Wait up to SECONDS for a busy lock (0: give up at once).")
+@click.option("-w", "--wait", type=seconds_type(allow_zero=True),
+              help="Wait up to SECONDS for a busy lock [default: 0 (give up at once); with --replace, the holder's "
+                   "TTL + --kill-after].")
 @click.option("--timeout", type=seconds_type(), help="Stop the command after SECONDS; exit 124.")
 @click.option("--kill-after", type=seconds_type(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
               help="Grace between SIGTERM and SIGKILL when stopping the command.")
@@ -138,6 +139,11 @@ def cli() -> None:
               help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
               help="How long a succeeded --once key is kept.")
+@click.option("--min-hold", type=DURATION,
+              help="Keep the lock taken until DURATION after it was acquired, even if the command ends sooner "
+                   "(a host whose clock lags cannot rerun the job); config: min_hold.")
+@click.option("--replace", is_flag=True,
+              help="Ask a busy lock's holder to stop (it exits 76, ledger status preempted), wait for it, then run.")
 @click.option("--metrics-file", metavar="PATH",
               help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
@@ -156,7 +162,8 @@ def cli() -> None:
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, metrics_file,
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, min_hold, replace,
+        metrics_file,
         notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail, verbose, quiet,
         config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
@@ -180,7 +187,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         argv=argv,
         name=name or settings.default_name(argv),
         ttl=resolved.ttl,
-        wait=wait,
+        wait=wait if wait is not None else (None if replace else 0.0),
         timeout=timeout,
         kill_after=kill_after,
         on_lost=on_lost,
@@ -193,6 +200,8 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         notify_slack=notify_format == "slack",
         ping_url=ping_url,
         ping_on_busy=ping_on_busy,
+        min_hold=min_hold if min_hold is not None else resolved.min_hold,
+        replace=replace,
     )
 
     def report(level: str, message: str) -> None:
@@ -321,7 +330,7 @@ def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
             click.echo(line)
         if not inspection.held:
             ctx.exit(0)
-        if not inspection.zombie and not force:
+        if not inspection.clearable and not force:
             _say(f"refusing to clear {name!r}: its holder looks alive, and clearing it could run the job twice;"
                  " if you are sure, run: lockrun unlock --force " + name)
             ctx.exit(1)
@@ -329,7 +338,7 @@ def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
             if not sys.stdin.isatty():
                 _say(f"refusing to clear {name!r} without confirmation: no terminal to ask on; pass --yes")
                 ctx.exit(1)
-            question = "Clear this live lock? Its command will be stopped" if not inspection.zombie else "Clear it?"
+            question = "Clear it?" if inspection.clearable else "Clear this live lock? Its command will be stopped"
             if not click.confirm(question, default=False):
                 _say(f"{name!r} was not cleared")
                 ctx.exit(1)
@@ -351,7 +360,7 @@ def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
     ctx.exit(1)
 
 
-STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "killed",
+STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "preempted", "killed",
                   "unavailable", "error", "unlocked", "abandoned"]
 
 

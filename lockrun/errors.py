@@ -33,7 +33,8 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
            " local backend: the state directory cannot be used)", "no"),
     ("75", "lock busy (changeable with -E)", "no"),
-    ("76", "the lease was lost and the command was terminated (--on-lost terminate)", "stopped"),
+    ("76", "the lease was lost (--on-lost terminate) or another run replaced it (--replace), and the command"
+           " was terminated", "stopped"),
     ("78", "bad configuration file", "no"),
     ("124", "--timeout expired and the command was stopped", "stopped"),
     ("125", "lockrun itself failed", "maybe"),

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-from lockrun.backends import Backend, Lease
+from lockrun.backends import LOST, PREEMPTED, Backend, Lease
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable
 
@@ -53,6 +53,7 @@ class Keeper:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockrun-keeper", daemon=True)
         self.renewals = 0
+        self.preempted = False  # the lease was given up for a --replace, not lost
 
     # -- what the supervisor loop reads -----------------------------------------------
 
@@ -108,14 +109,18 @@ class Keeper:
         while not self._stopped.wait(max(0.0, next_at - time.monotonic())):
             sent = time.monotonic()
             try:
-                still_ours = self.backend.renew(self.lease, utc_now_iso(), self._child_pid())
+                found = self.backend.renew(self.lease, utc_now_iso(), self._child_pid())
             except BackendUnavailable as exc:
                 with self._lock:
                     self._last_error = str(exc)
                 next_at = time.monotonic() + self.retry_delay
                 continue
-            if not still_ours:
+            if found == LOST:
                 self._mark_lost("the lock was taken over or cleared (its token no longer matches)")
+                return
+            if found == PREEMPTED:
+                self.preempted = True
+                self._mark_lost("another run asked to replace this one (--replace)")
                 return
             with self._lock:
                 self._last_ok_sent = sent

@@ -30,6 +30,7 @@ STATUSES = (
     "duplicate",
     "timeout",
     "lost",
+    "preempted",
     "killed",
     "unavailable",
     "error",

@@ -35,7 +35,7 @@ class RunOptions(NamedTuple):
     argv: list[str]
     name: str
     ttl: float
-    wait: float = 0.0
+    wait: float | None = 0.0  # None with --replace: the holder's TTL + --kill-after
     timeout: float | None = None
     kill_after: float = 10.0
     on_lost: str = "terminate"  # or "continue"
@@ -48,6 +48,8 @@ class RunOptions(NamedTuple):
     notify_slack: bool = False
     ping_url: str | None = None
     ping_on_busy: bool = False
+    min_hold: float | None = None  # keep the lock taken this long after acquiring it, at least
+    replace: bool = False  # ask a busy lock's holder to stop instead of skipping
 
 
 class Outcome(NamedTuple):
@@ -67,6 +69,11 @@ def busy_message(holder: Holder) -> str:
     age = human_duration(seconds_since(holder.started_at))
     run = f", run {holder.run_id[:8]}" if holder.run_id else ""
     who = f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"
+    if holder.cooling_until:
+        return (
+            f"lock {holder.name!r} is busy: its last run is over, but --min-hold keeps it taken for another"
+            f" {human_duration(holder.ttl_remaining_s)}; lockrun unlock {holder.name} ends that"
+        )
     if holder.ttl_remaining_s is None:  # a kernel lock: it cannot outlive its holder
         return f"{who}; it is freed when that process exits"
     return (
@@ -268,7 +275,8 @@ class Run:
         """The lease, the holder that kept us out until --wait ran out (or a signal came), or a duplicate."""
         opts = self.options
         once = OnceKey(opts.once_key, opts.remember) if opts.once_key else None
-        give_up_at = time.monotonic() + opts.wait
+        give_up_at = time.monotonic() + (opts.wait or 0.0)
+        asked: str | None = None  # the holder token we asked to stop (--replace)
         while True:
             try:
                 result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once)
@@ -277,9 +285,20 @@ class Run:
                 # whatever our token holds rather than leave it stuck for a whole TTL.
                 self._forget(backend, opts.name)
                 raise
+            if opts.wait is None and isinstance(result, Holder) and asked is None:
+                # --replace without --wait: long enough for the holder to notice at its next
+                # renewal (TTL/3 of *its* lease) and to stop its command (--kill-after).
+                holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else opts.ttl
+                give_up_at = time.monotonic() + holder_ttl + opts.kill_after
             left = give_up_at - time.monotonic()
             if not isinstance(result, Holder) or supervisor.received or left <= 0:
                 return result
+            if opts.replace and result.token != asked:
+                # Ask once per holder; its keeper stops its command at the next renewal
+                # (TTL/3 at most), then releases, which wakes us.
+                asked = result.token
+                if backend.preempt(opts.name, self.run_id, left):
+                    self.report("info", f"asked {result.host}:{result.pid} to stop (--replace)")
             # Get everything the spawn needs ready now, so that the hand-over is only
             # the acquire round trip and an exec.
             supervisor.prepare()
@@ -319,8 +338,16 @@ class Run:
             self._release(backend, lease)
             raise
         # After a lost lease the release is a formality that may well fail: try once, quietly.
-        lost = outcome.status == "lost" or outcome.note is not None
-        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded")
+        lost = outcome.status in ("lost", "preempted") or outcome.note is not None
+        hold_s = 0.0
+        if opts.min_hold and not lost:
+            hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
+        hold_until = iso_ago(-hold_s) if hold_s else ""
+        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded", hold_s=hold_s,
+                      hold_until=hold_until)
+        if hold_s:
+            note = f"{outcome.note}; " if outcome.note else ""
+            outcome = outcome._replace(note=f"{note}--min-hold keeps the lock taken until {hold_until}")
         return outcome
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
@@ -350,6 +377,8 @@ class Run:
             # Also on an unexpected error: the group is gone before the lock is released.
             child = supervisor.finish()
             keeper.stop()
+        if stop_reason == "lost" and keeper.preempted:
+            stop_reason = "preempted"
         return self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
 
     def _watch(self, supervisor: Supervisor, keeper: Keeper) -> tuple[str | None, str | None]:
@@ -371,7 +400,10 @@ class Run:
                 if opts.on_lost == "terminate":
                     if stop_reason is None:
                         stop_reason = "lost"
-                        self.report("error", f"lease on {opts.name!r} lost: {problem}; stopping the command")
+                        if keeper.preempted:
+                            self.report("warn", f"{opts.name!r}: {problem}; stopping the command")
+                        else:
+                            self.report("error", f"lease on {opts.name!r} lost: {problem}; stopping the command")
                     # Dead before the lease we last renewed can expire, however long --kill-after is.
                     supervisor.terminate(kill_at=min(now + opts.kill_after, keeper.kill_deadline()))
                 else:
@@ -406,8 +438,8 @@ class Run:
     ) -> Outcome:
         common = dict(command_exit=child.returncode, signal=child.signal, fencing_token=lease.fencing_token,
                       output_tail=tail)
-        if stop_reason == "lost":
-            return Outcome(exit_code=ExitCode.LOST, status="lost", **common)
+        if stop_reason in ("lost", "preempted"):
+            return Outcome(exit_code=ExitCode.LOST, status=stop_reason, **common)
         if stop_reason == "timeout":
             return Outcome(exit_code=ExitCode.TIMEOUT, status="timeout", **common)
         if child.signal is not None:
@@ -415,12 +447,16 @@ class Run:
         status = "succeeded" if child.returncode == 0 else "failed"
         return Outcome(exit_code=child.returncode, status=status, note=lost_note, **common)
 
-    def _release(self, backend: Backend, lease: Lease, lost: bool = False, succeeded: bool = False) -> None:
-        """Compare-and-delete (marking a --once key done), retried a little; the token is kept until then."""
+    def _release(
+        self, backend: Backend, lease: Lease, lost: bool = False, succeeded: bool = False, hold_s: float = 0.0,
+        hold_until: str = "",
+    ) -> None:
+        """Compare-and-delete (marking a --once key done, or cooling for --min-hold), retried a
+        little; the token is kept until then."""
         last_error = None
         for attempt in range(1 if lost and not succeeded else RELEASE_ATTEMPTS):
             try:
-                released = backend.release(lease, succeeded=succeeded)
+                released = backend.release(lease, succeeded=succeeded, hold_s=hold_s, hold_until=hold_until)
             except BackendUnavailable as exc:
                 last_error = exc
                 time.sleep(0.05 * (attempt + 1))

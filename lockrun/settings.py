@@ -113,7 +113,9 @@ def parse_size(text: str, what: str) -> int:
 
 
 # What --notify-on may name: every final status a run can end in.
-NOTIFY_STATUSES = ("succeeded", "failed", "busy", "duplicate", "timeout", "lost", "killed", "unavailable", "error")
+NOTIFY_STATUSES = (
+    "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "preempted", "killed", "unavailable", "error",
+)
 DEFAULT_NOTIFY_ON = ("failed", "lost", "timeout", "unavailable", "error")
 
 
@@ -206,6 +208,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "ledger_keep_days": ((int,), "a whole number of days >= 1"),
     "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
     "notify_urls": ((list,), "a list of http:// or https:// URLs"),
+    "min_hold": ((str,), "a duration string such as \"30s\" or \"5m\""),
 }
 
 
@@ -264,6 +267,11 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: ttl must be {expected}")
         if key == "ledger_keep_days" and value < 1:
             raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
+        if key == "min_hold":
+            try:
+                parse_duration(value, "min_hold")
+            except UsageError as exc:
+                raise ConfigError(f"config file {where}: {exc}") from None
         if key == "notify_urls":
             if not all(isinstance(url, str) for url in value):
                 raise ConfigError(f"config file {where}: notify_urls must be {expected}")
@@ -295,6 +303,7 @@ class Settings(NamedTuple):
     ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
     metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
     notify_urls: tuple[str, ...] = ()
+    min_hold: float | None = None
 
     @property
     def backend_name(self) -> str:
@@ -339,4 +348,5 @@ def resolve(
         ledger_keep_days=file.get("ledger_keep_days"),
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
         notify_urls=tuple(file.get("notify_urls", ())),
+        min_hold=parse_duration(file["min_hold"], "min_hold") if file.get("min_hold") else None,
     )

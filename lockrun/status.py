@@ -33,9 +33,13 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
         )
         return {"name": name, "state": "free", **fields, "last_run": last_run}
     age = seconds_since(holder.heartbeat_at)
+    if holder.cooling_until:
+        state = "cooling"  # the run is over; --min-hold keeps the lock taken a while longer
+    else:
+        state = "zombie" if zombie_reason(holder, age) else "held"
     return {
         "name": name,
-        "state": "zombie" if zombie_reason(holder, age) else "held",
+        "state": state,
         "token": holder.token,
         "run_id": holder.run_id,
         "host": holder.host,

@@ -32,6 +32,15 @@ class Inspection(NamedTuple):
     def zombie(self) -> bool:
         return self.zombie_reason is not None
 
+    @property
+    def cooling(self) -> bool:
+        return self.holder is not None and bool(self.holder.cooling_until)
+
+    @property
+    def clearable(self) -> bool:
+        """Nothing runs under it: a crashed holder, or a finished run's --min-hold."""
+        return self.zombie or self.cooling
+
     def describe(self) -> list[str]:
         """Lines for the operator: who holds it, since when, and whether it looks alive."""
         h = self.holder
@@ -44,7 +53,9 @@ class Inspection(NamedTuple):
             f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
             f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago; lease expires in {human_duration(h.ttl_remaining_s)}",
         ]
-        if self.zombie:
+        if self.cooling:
+            lines.append(f"  state:     cooling: the run is over, --min-hold keeps it until {h.cooling_until}")
+        elif self.zombie:
             lines.append(f"  state:     zombie: {self.zombie_reason}")
         else:
             lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
@@ -57,7 +68,8 @@ def inspect(backend: Backend, name: str) -> Inspection:
         return Inspection(name=name, holder=None)
     holder = holders[0]
     age = seconds_since(holder.heartbeat_at)
-    return Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=zombie_reason(holder, age))
+    reason = None if holder.cooling_until else zombie_reason(holder, age)
+    return Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=reason)
 
 
 def _who() -> str:
@@ -78,7 +90,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
         return False, None
     if not backend.clear(inspection.name, holder.token):
         return False, None
-    kind = "zombie" if inspection.zombie else "live (forced)"
+    kind = "cooling" if inspection.cooling else "zombie" if inspection.zombie else "live (forced)"
     note = (
         f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {holder.token[:8]}"
         f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")

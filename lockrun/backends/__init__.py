@@ -12,6 +12,12 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 
+# What a renewal found.
+RENEWED = "renewed"
+LOST = "lost"  # the token no longer matches: expired, cleared or taken over
+PREEMPTED = "preempted"  # still ours, but another run asked to replace it (--replace)
+
+
 class Lease(NamedTuple):
     name: str
     token: str  # random owner token, new for every run
@@ -52,6 +58,7 @@ class Holder(NamedTuple):
     ttl_ms: int | None = None
     ttl_remaining_s: float | None = None  # None: no expiry (or unknown)
     fencing_token: int | None = None
+    cooling_until: str | None = None  # set while --min-hold keeps a finished run's lock taken
 
     def describe(self) -> str:
         """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""
@@ -74,14 +81,18 @@ class Backend(Protocol):
     ) -> Lease | Holder | Duplicate:
         """Take the lock if it is free (and ``once`` is not done yet); else say why not. One round trip."""
 
-    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
-        """Reset the lease to its full TTL if we still own it. False: the lease is gone."""
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+        """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED."""
 
-    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
         """Delete the lock if we still own it and wake one waiter. False: it was not ours.
 
         With ``succeeded``, the lease's ``--once`` key is marked done in the same step.
+        With ``hold_s`` > 0 (``--min-hold``), the lock stays taken, "cooling", that long.
         """
+
+    def preempt(self, name: str, requester: str, ttl: float) -> bool:
+        """Ask the holder of ``name`` to stop (``--replace``). False: nobody holds it."""
 
     def clear(self, name: str, token: str) -> bool:
         """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter."""

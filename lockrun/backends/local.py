@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from lockrun.backends import Duplicate, Holder, Lease, OnceKey
+from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable
 
@@ -97,6 +97,9 @@ class LocalBackend:
     def _info_path(self, name: str) -> Path:
         return self.locks_dir / (_file_name(name) + ".json")
 
+    def _preempt_path(self, name: str) -> Path:
+        return self.locks_dir / (_file_name(name) + ".preempt")
+
     def _done_path(self, name: str, key: str) -> Path:
         return self.once_dir / _file_name(name) / _file_name(key)
 
@@ -134,12 +137,20 @@ class LocalBackend:
             if not _same_file(fd, path):
                 os.close(fd)  # unlinked by unlock --force after we opened it: not the lock any more
                 continue
+            previous = self._read_info(name)
+            cooling = self._cooling(name, previous)
+            if cooling is not None:
+                os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
+                return cooling
             if once is not None and self._is_done(name, once.key):
                 os.close(fd)
                 return Duplicate(name=name, key=once.key)
-            previous = self._read_info(name)
+            try:
+                self._preempt_path(name).unlink()  # a request meant for the previous holder
+            except FileNotFoundError:
+                pass
             fence = int(previous.get("fencing_token") or 0) + 1
-            record = {**info, "fencing_token": fence}
+            record = {**info, "fencing_token": fence}  # no cooling_until: a fresh description
             try:
                 # Durable: after a crash the fence must not go back and repeat.
                 _write_atomically(self._info_path(name), json.dumps(record).encode(), durable=True)
@@ -150,10 +161,10 @@ class LocalBackend:
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once)
         raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
 
-    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         fd = self._held.get(lease.token)
         if fd is None or not _same_file(fd, self._lock_path(lease.name)):
-            return False  # unlock --force removed our file: the lock is no longer ours
+            return LOST  # unlock --force removed our file: the lock is no longer ours
         record = self._read_info(lease.name)
         if record.get("token") == lease.token:
             record.update(heartbeat_at=heartbeat_at, child_pid=str(child_pid or ""))
@@ -161,23 +172,61 @@ class LocalBackend:
                 _write_atomically(self._info_path(lease.name), json.dumps(record).encode())
             except OSError:
                 pass  # the heartbeat is for people; the kernel lock is what holds
-        return True
+        return PREEMPTED if self._preempt_path(lease.name).exists() else RENEWED
 
-    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
         if succeeded and lease.once is not None:
             self._mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
-        fd = self._held.pop(lease.token, None)
+        fd = self._held.get(lease.token)
         if fd is None:
             return False
         ours = _same_file(fd, self._lock_path(lease.name))
+        if ours and hold_s > 0:
+            # A kernel lock cannot outlive us: --min-hold is a deadline in the description,
+            # which every acquire honours, written while we still hold the lock.
+            record = self._read_info(lease.name)
+            record.update(cooling_until=hold_until, cooling_until_epoch=time.time() + hold_s, child_pid="")
+            try:
+                _write_atomically(self._info_path(lease.name), json.dumps(record).encode(), durable=True)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot record --min-hold in {self.locks_dir}: {exc.strerror}") from None
+        del self._held[lease.token]
         os.close(fd)  # closing drops the POSIX lock
         return ours
 
-    def clear(self, name: str, token: str) -> bool:
-        """``unlock --force``: remove the lock file if the holder inspected still holds it."""
+    def preempt(self, name: str, requester: str, ttl: float) -> bool:
+        self._ready()
         path = self._lock_path(name)
-        if self._read_info(name).get("token") != token:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
             return False
+        try:
+            if _lock_holder_pid(fd) is None:
+                return False
+        finally:
+            os.close(fd)
+        try:
+            _write_atomically(self._preempt_path(name), requester.encode())
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+        return True
+
+    def clear(self, name: str, token: str) -> bool:
+        """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
+        lock file if that holder still holds it."""
+        path = self._lock_path(name)
+        info = self._read_info(name)
+        if info.get("token") != token:
+            return False
+        if self._cooling(name, info) is not None:
+            info.pop("cooling_until", None)
+            info.pop("cooling_until_epoch", None)
+            try:
+                _write_atomically(self._info_path(name), json.dumps(info).encode())
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+            return True
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -223,15 +272,29 @@ class LocalBackend:
 
     # -- inspection -------------------------------------------------------------------------------
 
+    def _cooling(self, name: str, info: dict) -> Holder | None:
+        """The finished holder whose --min-hold still runs, or None."""
+        try:
+            left = float(info.get("cooling_until_epoch") or 0) - time.time()
+        except (TypeError, ValueError):
+            return None
+        if left <= 0:
+            return None
+        return self._describe(name, info, pid=_int(info.get("pid")), ttl_remaining_s=round(left, 3))
+
     def _holder(self, name: str, fd: int) -> Holder | None:
         # Never call this for a lock this process holds: closing any descriptor of a
         # file drops the process's POSIX lock on it.
         pid = _lock_holder_pid(fd)
-        if pid is None:
-            return None
         info = self._read_info(name)
+        if pid is None:
+            return self._cooling(name, info)
         if str(info.get("pid")) != str(pid):
             info = {}  # the description is the previous holder's: the new one has not written yet
+        return self._describe(name, info, pid=pid, ttl_remaining_s=None)  # a kernel lock does not expire
+
+    @staticmethod
+    def _describe(name: str, info: dict, pid: int | None, ttl_remaining_s: float | None) -> Holder:
         return Holder(
             name=name,
             token=info.get("token"),
@@ -245,8 +308,9 @@ class LocalBackend:
             started_at=info.get("started_at"),
             heartbeat_at=info.get("heartbeat_at"),
             ttl_ms=_int(info.get("ttl_ms")),
-            ttl_remaining_s=None,  # a kernel lock does not expire
+            ttl_remaining_s=ttl_remaining_s,
             fencing_token=_int(info.get("fencing_token")),
+            cooling_until=info.get("cooling_until") if ttl_remaining_s is not None else None,
         )
 
     def lock_names(self) -> list[str]:

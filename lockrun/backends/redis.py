@@ -16,23 +16,24 @@ from redis.backoff import NoBackoff
 from redis.connection import ConnectionPool, parse_url
 from redis.retry import Retry
 
-from lockrun.backends import Duplicate, Holder, Lease, OnceKey
+from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, UsageError
 from lockrun.settings import redact_url
 
 # Take the lock, bump the fence and describe the holder, all or nothing.
-# KEYS: lock, info, fence[, done]. ARGV: token, ttl_ms, then info field/value pairs.
-# Returns {1, fence} when taken; {2} when the --once key (KEYS[4]) is already done,
-# in which case the lock is given straight back; else {0, pttl, info-hash-as-flat-list}.
+# KEYS: lock, info, fence, preempt[, done]. ARGV: token, ttl_ms, then info field/value pairs.
+# Returns {1, fence} when taken (a preemption request meant for the previous holder is
+# dropped); {2} when the --once key (KEYS[5]) is already done, in which case the lock is
+# given straight back; else {0, pttl, info-hash-as-flat-list}.
 ACQUIRE_SCRIPT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+  if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then
     redis.call('DEL', KEYS[1])
     return {2}
   end
   local fence = redis.call('INCR', KEYS[3])
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[4])
   redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 3))
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return {1, fence}
@@ -41,30 +42,53 @@ return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
 # Reset (never add to) the lease if the token is still ours; record the heartbeat.
-# KEYS: lock, info. ARGV: token, ttl_ms, heartbeat_at, child_pid. Returns 1 renewed, 0 lost.
+# KEYS: lock, info, preempt. ARGV: token, ttl_ms, heartbeat_at, child_pid.
+# Returns 1 renewed, 2 renewed but another run asked to replace us (--replace), 0 lost.
 RENEW_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('HSET', KEYS[2], 'heartbeat_at', ARGV[3], 'child_pid', ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return 2
+  end
   return 1
 end
 return 0
 """
 
-# Mark the --once key done (if given), then compare-and-delete and wake one waiter (BLPOP).
-# KEYS: lock, info, wake[, done]. ARGV: token, wake_ttl_ms[, remember_ms, done_value].
-# Returns 1 released, 0 not ours. A done mark does not depend on the token: the command
-# did succeed, even if its lease was lost under --on-lost continue.
+# Mark the --once key done (if given); then, if the token is still ours, either keep the
+# lock taken for the rest of --min-hold ("cooling": its TTL becomes the remainder, nobody
+# is woken) or delete it and wake one waiter (BLPOP).
+# KEYS: lock, info, wake[, done]. ARGV: token, wake_ttl_ms, hold_ms, cooling_until,
+# remember_ms, done_value. Returns 1 released (or cooling), 0 not ours. A done mark does
+# not depend on the token: the command did succeed, even if its lease was lost under
+# --on-lost continue.
 RELEASE_SCRIPT = """
 if KEYS[4] then
-  redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[3])
+  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[5])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('HSET', KEYS[2], 'cooling_until', ARGV[4], 'child_pid', '')
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    return 1
+  end
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('LPUSH', KEYS[3], '1')
   redis.call('LTRIM', KEYS[3], 0, 63)
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# Ask the holder to stop (--replace): its keeper sees the flag at its next renewal.
+# KEYS: lock, preempt. ARGV: requester run id, ttl_ms. Returns 1 if a holder was asked, 0 if free.
+PREEMPT_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -79,6 +103,7 @@ class LockKeys(NamedTuple):
     info: str
     fence: str
     wake: str
+    preempt: str
     base: str
 
     def done(self, key: str) -> str:
@@ -88,7 +113,10 @@ class LockKeys(NamedTuple):
 def lock_keys(prefix: str, name: str) -> LockKeys:
     """Every Redis key of one lock, built in this one place."""
     base = f"{prefix}{{{name}}}"
-    return LockKeys(lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake", base=base)
+    return LockKeys(
+        lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake",
+        preempt=f"{base}:preempt", base=base,
+    )
 
 
 def _glob_escape(text: str) -> str:
@@ -154,6 +182,7 @@ def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None) -> H
         ttl_ms=_int_or_none(info.get("ttl_ms")),
         ttl_remaining_s=(pttl / 1000.0) if pttl is not None and pttl >= 0 else None,
         fencing_token=_int_or_none(info.get("fencing_token")),
+        cooling_until=info.get("cooling_until") or None,
     )
 
 
@@ -204,7 +233,7 @@ class RedisBackend:
         pairs: list[str] = []
         for key, value in info.items():
             pairs += [key, value]
-        script_keys = [keys.lock, keys.info, keys.fence] + ([keys.done(once.key)] if once else [])
+        script_keys = [keys.lock, keys.info, keys.fence, keys.preempt] + ([keys.done(once.key)] if once else [])
         sent_at = time.monotonic()
         reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, *pairs])
         if int(reply[0]) == 1:
@@ -215,28 +244,32 @@ class RedisBackend:
         fields = dict(zip(flat[0::2], flat[1::2]))
         return holder_from_hash(name, fields, _int_or_none(reply[1]))
 
-    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> bool:
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         keys = lock_keys(self.prefix, lease.name)
         ttl_ms = max(1, int(lease.ttl * 1000))
-        reply = self._eval(
-            RENEW_SCRIPT, [keys.lock, keys.info], [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
-        )
-        return int(reply) == 1
+        reply = int(self._eval(
+            RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
+        ))
+        return {1: RENEWED, 2: PREEMPTED}.get(reply, LOST)
 
-    def release(self, lease: Lease, succeeded: bool = False) -> bool:
+    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
         keys = lock_keys(self.prefix, lease.name)
         script_keys = [keys.lock, keys.info, keys.wake]
-        args: list = [lease.token, WAKE_TTL_MS]
+        args: list = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, 0, ""]
         if succeeded and lease.once is not None:
             script_keys.append(keys.done(lease.once.key))
-            args += [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
+            args[4:] = [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
         return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
 
     def clear(self, name: str, token: str) -> bool:
         """Delete the lock only if it still holds ``token``, and wake one waiter."""
         keys = lock_keys(self.prefix, name)
-        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [token, WAKE_TTL_MS])
+        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [token, WAKE_TTL_MS, 0, "", 0, ""])
         return int(reply) == 1
+
+    def preempt(self, name: str, requester: str, ttl: float) -> bool:
+        keys = lock_keys(self.prefix, name)
+        return int(self._eval(PREEMPT_SCRIPT, [keys.lock, keys.preempt], [requester, max(1, int(ttl * 1000))])) == 1
 
     def wait_for_release(self, name: str, timeout: float) -> None:
         """BLPOP the wake list; a release pushes to it, so one waiter wakes at once.
