@@ -60,6 +60,21 @@ def main(folder: str, command: str) -> None:
     print("|---|---|---|---|")
     for what, measured, target, result in rows:
         print(f"| {what} | {measured} | {target} | {result} |")
+    breakdown = d / "breakdown.json"
+    if breakdown.exists():
+        b = json.loads(breakdown.read_text())
+        print("\n### Where start-up goes (`bench/breakdown.py`, in-process medians, ms)\n")
+        print("| step | ms |")
+        print("|---|---|")
+        for step, ms in b["median_ms"].items():
+            print(f"| {step} | {ms:.2f} |")
+        print(f"| **total beyond the floor** | **{b['beyond_floor_ms']:.2f}** |")
+        print(f"| floor: import click, redis, sqlite3 | {b['floor_ms']:.2f} |")
+        print(f"| the 1.10x target's budget (10 % of the floor) | {b['floor_ms'] * 0.10:.2f} |")
+        print(f"\nThe steps the contract requires of every run (ledger row before and after, acquire and "
+              f"release, the command's process with its death signal, the watchdog) take "
+              f"{b['required_steps_ms']:.2f} ms by themselves. `command: fork, PDEATHSIG, exec` includes the "
+              "watchdog and prctl rows above it.")
     print()
     print(Path(__file__).with_name("NOTES.md").read_text())
 
