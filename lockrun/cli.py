@@ -139,6 +139,9 @@ def cli() -> None:
               help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
               help="How long a succeeded --once key is kept.")
+@click.option("--slots", type=click.IntRange(1, 10000), metavar="N", default=1, show_default=True,
+              help="Allow up to N holders of NAME at once, across hosts (a semaphore); each has its own token, "
+                   "fencing token and renewal. Every caller of one name must use the same N.")
 @click.option("--min-hold", type=DURATION,
               help="Keep the lock taken until DURATION after it was acquired, even if the command ends sooner "
                    "(a host whose clock lags cannot rerun the job); config: min_hold.")
@@ -162,8 +165,8 @@ def cli() -> None:
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, min_hold, replace,
-        metrics_file,
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, slots, min_hold,
+        replace, metrics_file,
         notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail, verbose, quiet,
         config, redis_url, prefix, ledger, command):
     """Run COMMAND while holding the lock NAME.
@@ -183,6 +186,8 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
 
     argv = list(command)
     resolved = _resolve(config, redis_url, prefix, ledger, ttl)
+    if slots > 1 and (replace or min_hold is not None):
+        raise click.UsageError("--slots cannot be combined with --replace or --min-hold (yet)", ctx=ctx)
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -200,8 +205,9 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         notify_slack=notify_format == "slack",
         ping_url=ping_url,
         ping_on_busy=ping_on_busy,
-        min_hold=min_hold if min_hold is not None else resolved.min_hold,
+        min_hold=(min_hold if min_hold is not None else resolved.min_hold) if slots == 1 else None,
         replace=replace,
+        slots=slots,
     )
 
     def report(level: str, message: str) -> None:
@@ -305,59 +311,84 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
 @click.argument("name", type=LOCK_NAME, shell_complete=complete_lock_names)
 @click.option("--force", is_flag=True, help="Clear it even if the holder looks alive (its command is then stopped).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--token", "token_prefix", metavar="PREFIX", help="With --slots: the holder whose token starts so.")
+@click.option("--all", "every_holder", is_flag=True, help="With --slots: every holder (live ones only with --force).")
 @global_options
 @click.pass_context
-def unlock(ctx, name, force, yes, config, redis_url, prefix, ledger):
+def unlock(ctx, name, force, yes, token_prefix, every_holder, config, redis_url, prefix, ledger):
     """Clear a lock whose holder crashed (a zombie), never a live one unless --force.
 
     \b
       lockrun unlock sync-invoices          # shows the holder, asks, clears a zombie
       lockrun unlock sync-invoices --yes    # no question (scripts)
       lockrun unlock sync-invoices --force  # clear a live holder too
+      lockrun unlock batch --token 3f2a     # one holder of a --slots lock
 
     Only the exact token that was inspected is deleted: a lock taken again in
-    the meantime is left alone. Exits 0 when the lock is gone afterwards, 1 when
-    it refused.
+    the meantime is left alone. A lock cooling after --min-hold is cleared
+    without --force (nothing runs under it). Exits 0 when the lock is gone
+    afterwards, 1 when it refused.
     """
     from lockrun import unlock as unlocking
     from lockrun.backends import open_backend
 
     resolved = _resolve(config, redis_url, prefix, ledger)
     backend = open_backend(resolved.redis_url, resolved.prefix, 5.0, resolved.state_dir)
+    argv = ["lockrun", "unlock", name] + (["--force"] if force else [])
     try:
-        inspection = unlocking.inspect(backend, name)
-        for line in inspection.describe():
-            click.echo(line)
-        if not inspection.held:
+        holders = unlocking.inspect_all(backend, name)
+        if token_prefix is not None:
+            holders = [h for h in holders if (h.holder.token or "").startswith(token_prefix)]
+            if len(holders) > 1:
+                _say(f"--token {token_prefix!r} matches {len(holders)} holders of {name!r}: give more of it")
+                ctx.exit(1)
+        if not holders:
+            click.echo(f"{name!r} is not held" + (f" by a token starting {token_prefix!r}" if token_prefix else ""))
             ctx.exit(0)
-        if not inspection.clearable and not force:
-            _say(f"refusing to clear {name!r}: its holder looks alive, and clearing it could run the job twice;"
-                 " if you are sure, run: lockrun unlock --force " + name)
+        if len(holders) > 1 and not every_holder:
+            for inspection in holders:
+                for line in inspection.describe():
+                    click.echo(line)
+            _say(f"refusing to guess: {name!r} has {len(holders)} holders (--slots); pick one with --token PREFIX,"
+                 " or clear every clearable one with --all")
             ctx.exit(1)
-        if not yes:
-            if not sys.stdin.isatty():
-                _say(f"refusing to clear {name!r} without confirmation: no terminal to ask on; pass --yes")
-                ctx.exit(1)
-            question = "Clear it?" if inspection.clearable else "Clear this live lock? Its command will be stopped"
-            if not click.confirm(question, default=False):
-                _say(f"{name!r} was not cleared")
-                ctx.exit(1)
-        cleared, warning = unlocking.clear(backend, inspection, resolved.ledger_path,
-                                           ["lockrun", "unlock", name] + (["--force"] if force else []))
-        if warning:
-            _say(warning)
-        if cleared:
-            click.echo(f"cleared {name!r}")
-            ctx.exit(0)
-        after = unlocking.inspect(backend, name)
+        code = 0
+        for inspection in holders:
+            code = max(code, _unlock_one(unlocking, backend, inspection, force, yes, resolved.ledger_path, argv))
     finally:
         backend.close()
-    if not after.held:
+    ctx.exit(code)
+
+
+def _unlock_one(unlocking, backend, inspection, force: bool, yes: bool, ledger_path, argv) -> int:
+    """Show one holder, judge it, ask, clear exactly its token. Returns the exit code."""
+    name = inspection.name
+    for line in inspection.describe():
+        click.echo(line)
+    if not inspection.clearable and not force:
+        _say(f"refusing to clear {name!r}: its holder looks alive, and clearing it could run the job twice;"
+             " if you are sure, run: lockrun unlock --force " + name)
+        return 1
+    if not yes:
+        if not sys.stdin.isatty():
+            _say(f"refusing to clear {name!r} without confirmation: no terminal to ask on; pass --yes")
+            return 1
+        question = "Clear it?" if inspection.clearable else "Clear this live lock? Its command will be stopped"
+        if not click.confirm(question, default=False):
+            _say(f"{name!r} was not cleared")
+            return 1
+    cleared, warning = unlocking.clear(backend, inspection, ledger_path, argv)
+    if warning:
+        _say(warning)
+    if cleared:
+        click.echo(f"cleared {name!r}")
+        return 0
+    tokens = {h.holder.token for h in unlocking.inspect_all(backend, name)}
+    if inspection.holder.token not in tokens and (inspection.holder.slotted or not tokens):
         click.echo(f"{name!r} was released meanwhile; nothing left to clear")
-        ctx.exit(0)
-    _say(f"{name!r} changed hands after it was inspected (new holder {after.holder.host}:{after.holder.pid});"
-         " nothing was cleared")
-    ctx.exit(1)
+        return 0
+    _say(f"{name!r} changed hands after it was inspected; nothing was cleared")
+    return 1
 
 
 STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "preempted", "killed",

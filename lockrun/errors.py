@@ -77,3 +77,13 @@ class CommandNotRunnable(LockrunError):
 
 class LedgerError(Exception):
     """The ledger could not be opened or written. Never fatal for ``run``."""
+
+
+class SlotsMismatch(UsageError):
+    """A lock name used with another --slots N than this caller's."""
+
+    def __init__(self, name: str, theirs: int, ours: int) -> None:
+        super().__init__(
+            f"lock {name!r} is in use with --slots {theirs} elsewhere, this run asked for --slots {ours}:"
+            " every caller of one name must use the same N"
+        )

@@ -50,6 +50,7 @@ class RunOptions(NamedTuple):
     ping_on_busy: bool = False
     min_hold: float | None = None  # keep the lock taken this long after acquiring it, at least
     replace: bool = False  # ask a busy lock's holder to stop instead of skipping
+    slots: int = 1  # up to this many holders of the name at once
 
 
 class Outcome(NamedTuple):
@@ -69,6 +70,9 @@ def busy_message(holder: Holder) -> str:
     age = human_duration(seconds_since(holder.started_at))
     run = f", run {holder.run_id[:8]}" if holder.run_id else ""
     who = f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"
+    if holder.slotted:
+        who = f"lock {holder.name!r} is busy: every --slots slot is taken, e.g. by {holder.host or '?'}:" \
+              f"{holder.pid or '?'} for {age}{run}"
     if holder.cooling_until:
         return (
             f"lock {holder.name!r} is busy: its last run is over, but --min-hold keeps it taken for another"
@@ -279,7 +283,7 @@ class Run:
         asked: str | None = None  # the holder token we asked to stop (--replace)
         while True:
             try:
-                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once)
+                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once, opts.slots)
             except BackendUnavailable:
                 # The script may have run even though its reply never came back: give back
                 # whatever our token holds rather than leave it stuck for a whole TTL.

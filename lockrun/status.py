@@ -56,12 +56,15 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
 
 def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> list[dict]:
     """Held locks (or exactly the named ones, held or free), each with its last finished run."""
-    held = {h.name: h for h in backend.holders(names)}
+    held: dict[str, list[Holder]] = {}
+    for holder in backend.holders(names):
+        held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
     wanted = sorted(held) if names is None else list(dict.fromkeys(names))
     entries = []
     for name in wanted:
         last_run = _last_finished(ledger, name) if ledger is not None else None
-        entries.append(lock_entry(name, held.get(name), last_run))
+        for holder in held.get(name) or [None]:
+            entries.append(lock_entry(name, holder, last_run))
     return entries
 
 

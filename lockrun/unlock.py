@@ -62,14 +62,19 @@ class Inspection(NamedTuple):
         return lines
 
 
+def inspect_all(backend: Backend, name: str) -> list[Inspection]:
+    """Every holder of ``name`` (several under --slots), judged one by one."""
+    found = []
+    for holder in backend.holders([name]):
+        age = seconds_since(holder.heartbeat_at)
+        reason = None if holder.cooling_until else zombie_reason(holder, age)
+        found.append(Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=reason))
+    return found
+
+
 def inspect(backend: Backend, name: str) -> Inspection:
-    holders = backend.holders([name])
-    if not holders:
-        return Inspection(name=name, holder=None)
-    holder = holders[0]
-    age = seconds_since(holder.heartbeat_at)
-    reason = None if holder.cooling_until else zombie_reason(holder, age)
-    return Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=reason)
+    holders = inspect_all(backend, name)
+    return holders[0] if holders else Inspection(name=name, holder=None)
 
 
 def _who() -> str:

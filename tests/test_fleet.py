@@ -113,3 +113,83 @@ def test_replace_gives_up_after_wait(env, tmp_path):
     finally:
         old.terminate()
         old.wait(30)
+
+
+# --- --slots N --------------------------------------------------------------------------------------
+
+SLOT_JOB = (
+    "import os, sys, time\n"
+    "with open(sys.argv[1], 'a') as f: f.write(f'start {time.time()!r} {os.environ[\"LOCKRUN_FENCING_TOKEN\"]}\\n')\n"
+    "time.sleep(0.3)\n"
+    "with open(sys.argv[1], 'a') as f: f.write(f'end {time.time()!r} {os.environ[\"LOCKRUN_FENCING_TOKEN\"]}\\n')\n"
+)
+
+
+def test_slots_never_let_more_than_n_run_at_once(env, tmp_path):
+    log = tmp_path / "log"
+    procs = [spawn_lockrun(env, "-n", "sem", "--slots", "3", "-w", "120", "--", PY, "-c", SLOT_JOB, str(log))
+             for _ in range(20)]
+    assert [p.wait(180) for p in procs] == [0] * 20
+    events = sorted((float(t), kind, int(token)) for kind, t, token in (l.split() for l in log.read_text().splitlines()))
+    running, peak = 0, 0
+    for _, kind, _ in events:
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak <= 3
+    tokens = [token for _, kind, token in events if kind == "start"]
+    assert len(set(tokens)) == 20  # every holder its own fencing token
+    assert sorted(tokens) == list(range(min(tokens), min(tokens) + 20))
+
+
+def test_status_lists_every_slot_holder_and_unlock_refuses_to_guess(env, tmp_path):
+    flags = [tmp_path / f"s{i}" for i in range(2)]
+    holders = [spawn_lockrun(env, "-n", "two", "--slots", "2", "--", "sh", "-c", f"touch {flag}; sleep 30")
+               for flag in flags]
+    try:
+        wait_until(lambda: all(f.exists() for f in flags), what="both holders")
+        locks = json.loads(run_lockrun(env, "status", "--json").stdout)["locks"]
+        assert sorted(lock["pid"] for lock in locks) == sorted(p.pid for p in holders)
+        assert {lock["name"] for lock in locks} == {"two"} and len({lock["token"] for lock in locks}) == 2
+        assert run_lockrun(env, "-n", "two", "--slots", "2", "--", "true").returncode == 75
+        refused = run_lockrun(env, "unlock", "two", "--yes")
+        assert refused.returncode == 1 and "--token" in refused.stderr
+        token = locks[0]["token"]
+        forced = run_lockrun(env, "unlock", "two", "--token", token[:8], "--force", "--yes")
+        assert forced.returncode == 0, forced.stderr
+    finally:
+        for p in holders:
+            p.terminate()
+            p.wait(30)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--slots", "0"], "--slots"),
+    (["--slots", "x"], "--slots"),
+    (["--slots", "2", "--replace"], "--slots"),
+    (["--slots", "2", "--min-hold", "5s"], "--slots"),
+])
+def test_bad_slot_options(env, args, needle):
+    result = run_lockrun(env, "-n", "bad", *args, "--", "true")
+    assert result.returncode == 2 and needle in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_one_name_with_two_different_n_is_an_error_for_each_caller(env, tmp_path):
+    flag = tmp_path / "held"
+    holder = spawn_lockrun(env, "-n", "mix", "--slots", "2", "--", "sh", "-c", f"touch {flag}; sleep 30")
+    try:
+        wait_until(flag.exists, what="the holder")
+        for args in (["--slots", "3"], []):
+            result = run_lockrun(env, "-n", "mix", *args, "--", "true")
+            assert result.returncode == 2 and "--slots 2 elsewhere" in result.stderr
+    finally:
+        holder.terminate()
+        holder.wait(30)
+    plain_flag = tmp_path / "plain"
+    plain = spawn_lockrun(env, "-n", "mix", "--", "sh", "-c", f"touch {plain_flag}; sleep 30")
+    try:
+        wait_until(plain_flag.exists, what="the plain holder")
+        result = run_lockrun(env, "-n", "mix", "--slots", "2", "--", "true")
+        assert result.returncode == 2 and "--slots 1 elsewhere" in result.stderr
+    finally:
+        plain.terminate()
+        plain.wait(30)

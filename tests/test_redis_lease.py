@@ -102,3 +102,24 @@ def test_ttl_precedence_flag_env_file_default(env, redis_server, tmp_path):
     assert ttl_ms_of("--ttl", "10", extra_env={"LOCKRUN_TTL": "20"}) == 10000  # the flag beats both
     config.write_text(f'redis_url = "{redis_server.url}"\n')
     assert ttl_ms_of() == 60000  # the default
+
+
+def test_a_sigkilled_slot_holder_is_swept_after_its_ttl(env, redis_server, tmp_path):
+    import signal
+
+    holder2_flag = tmp_path / "held2"
+    holder2 = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c", f"touch {holder2_flag}; sleep 60")
+    other_flag = tmp_path / "held3"
+    other = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c", f"touch {other_flag}; sleep 60")
+    try:
+        wait_until(lambda: holder2_flag.exists() and other_flag.exists(), what="both slot holders")
+        assert run_lockrun(env, "-n", "sw2", "--slots", "2", "--", "true").returncode == 75
+        holder2.send_signal(signal.SIGKILL)
+        holder2.wait(30)
+        started = time.monotonic()
+        assert run_lockrun(env, "-n", "sw2", "--slots", "2", "-w", "30", "--", "true").returncode == 0
+        assert time.monotonic() - started < 2 + 2  # swept once its TTL ran out
+        assert redis_server.client().zcard("lockrun:{sw2}:slots") == 1  # only the live holder is left
+    finally:
+        other.terminate()
+        other.wait(30)

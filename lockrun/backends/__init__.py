@@ -25,6 +25,7 @@ class Lease(NamedTuple):
     ttl: float  # seconds
     sent_at: float  # time.monotonic() just before the acquire was sent: the lease starts no later
     once: OnceKey | None = None  # marked done by a release after a successful command
+    slots: int = 1  # --slots N: one of N holders
 
 
 class OnceKey(NamedTuple):
@@ -59,6 +60,7 @@ class Holder(NamedTuple):
     ttl_remaining_s: float | None = None  # None: no expiry (or unknown)
     fencing_token: int | None = None
     cooling_until: str | None = None  # set while --min-hold keeps a finished run's lock taken
+    slotted: bool = False  # one of the holders of a --slots lock
 
     def describe(self) -> str:
         """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""

@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote
 
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable
+from lockrun.errors import BackendUnavailable, SlotsMismatch
 
 _FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
 LOCK_SUFFIX = ".lock"
@@ -77,6 +77,7 @@ class LocalBackend:
         self.locks_dir = self.state_dir / "locks"
         self.once_dir = self.state_dir / "once"
         self._held: dict[str, int] = {}  # token -> locked descriptor
+        self._slot_of: dict[str, int] = {}  # token -> slot index, for --slots leases
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -91,11 +92,18 @@ class LocalBackend:
                 " (set LOCKRUN_STATE_DIR, or configure a Redis URL)"
             ) from None
 
-    def _lock_path(self, name: str) -> Path:
-        return self.locks_dir / (_file_name(name) + LOCK_SUFFIX)
+    def _stem(self, name: str, slot: int | None) -> str:
+        # "~" never occurs in a name (nor in its quoted form), so slot files cannot collide.
+        return _file_name(name) + (f"~slot{slot}" if slot is not None else "")
 
-    def _info_path(self, name: str) -> Path:
-        return self.locks_dir / (_file_name(name) + ".json")
+    def _lock_path(self, name: str, slot: int | None = None) -> Path:
+        return self.locks_dir / (self._stem(name, slot) + LOCK_SUFFIX)
+
+    def _info_path(self, name: str, slot: int | None = None) -> Path:
+        return self.locks_dir / (self._stem(name, slot) + ".json")
+
+    def _slots_meta_path(self, name: str) -> Path:
+        return self.locks_dir / (_file_name(name) + "~slots")
 
     def _preempt_path(self, name: str) -> Path:
         return self.locks_dir / (_file_name(name) + ".preempt")
@@ -103,9 +111,9 @@ class LocalBackend:
     def _done_path(self, name: str, key: str) -> Path:
         return self.once_dir / _file_name(name) / _file_name(key)
 
-    def _read_info(self, name: str) -> dict:
+    def _read_info(self, name: str, slot: int | None = None) -> dict:
         try:
-            data = json.loads(self._info_path(name).read_text(encoding="utf-8"))
+            data = json.loads(self._info_path(name, slot).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
@@ -113,9 +121,15 @@ class LocalBackend:
     # -- lease operations -------------------------------------------------------------------
 
     def acquire(
-        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
+        slots: int = 1,
     ) -> Lease | Holder | Duplicate:
         self._ready()
+        if slots > 1:
+            return self._acquire_slot(name, token, ttl, info, once, slots)
+        held_slots = self._held_slots(name)
+        if held_slots:
+            raise SlotsMismatch(name, self._slots_meta(name) or len(held_slots), 1)
         path = self._lock_path(name)
         sent_at = time.monotonic()
         for _ in range(ACQUIRE_ATTEMPTS):
@@ -161,18 +175,112 @@ class LocalBackend:
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once)
         raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
 
+    # -- --slots N: N lock files, one kernel lock each ------------------------------------------
+
+    def _slots_meta(self, name: str) -> int | None:
+        try:
+            return int(self._slots_meta_path(name).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            return None
+
+    def _held_slots(self, name: str) -> list[int]:
+        """Indexes of the slot files of ``name`` that some process holds now."""
+        prefix = _file_name(name) + "~slot"
+        held = []
+        try:
+            entries = [p.name for p in self.locks_dir.iterdir()]
+        except OSError:
+            return []
+        for entry in entries:
+            if entry.startswith(prefix) and entry.endswith(LOCK_SUFFIX):
+                index = entry[len(prefix) : -len(LOCK_SUFFIX)]
+                if index.isdigit() and self._locked_by_other(self.locks_dir / entry):
+                    held.append(int(index))
+        return sorted(held)
+
+    def _locked_by_other(self, path: Path) -> bool:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return _lock_holder_pid(fd) is not None
+        finally:
+            os.close(fd)
+
+    def _next_fence(self, name: str) -> int:
+        """One fence counter for all slots of a name, incremented under its own short flock."""
+        path = self.locks_dir / (_file_name(name) + "~fence")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            current = int(raw) if raw.isdigit() else 0
+            fence = max(current, int(self._read_info(name).get("fencing_token") or 0)) + 1
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(fence).encode(), 0)
+            os.fsync(fd)  # after a crash the fence must not go back and repeat
+            return fence
+        finally:
+            os.close(fd)
+
+    def _acquire_slot(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int
+    ) -> Lease | Holder | Duplicate:
+        if self._locked_by_other(self._lock_path(name)):
+            raise SlotsMismatch(name, 1, slots)
+        stored = self._slots_meta(name)
+        if stored is not None and stored != slots and self._held_slots(name):
+            raise SlotsMismatch(name, stored, slots)
+        sent_at = time.monotonic()
+        busy: Holder | None = None
+        for slot in range(slots):
+            path = self._lock_path(name, slot)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise BackendUnavailable(f"cannot lock {path}: {exc.strerror}") from None
+                busy = busy or self._holder(name, fd, slot)
+                os.close(fd)
+                continue
+            if not _same_file(fd, path):
+                os.close(fd)
+                continue
+            if once is not None and self._is_done(name, once.key):
+                os.close(fd)
+                return Duplicate(name=name, key=once.key)
+            try:
+                _write_atomically(self._slots_meta_path(name), str(slots).encode())
+                fence = self._next_fence(name)
+                _write_atomically(self._info_path(name, slot), json.dumps({**info, "fencing_token": fence}).encode())
+            except OSError as exc:
+                os.close(fd)
+                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+            self._held[token] = fd
+            self._slot_of[token] = slot
+            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
+                         slots=slots)
+        return busy or Holder(name=name, slotted=True)
+
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         fd = self._held.get(lease.token)
-        if fd is None or not _same_file(fd, self._lock_path(lease.name)):
+        slot = self._slot_of.get(lease.token)
+        if fd is None or not _same_file(fd, self._lock_path(lease.name, slot)):
             return LOST  # unlock --force removed our file: the lock is no longer ours
-        record = self._read_info(lease.name)
+        record = self._read_info(lease.name, slot)
         if record.get("token") == lease.token:
             record.update(heartbeat_at=heartbeat_at, child_pid=str(child_pid or ""))
             try:
-                _write_atomically(self._info_path(lease.name), json.dumps(record).encode())
+                _write_atomically(self._info_path(lease.name, slot), json.dumps(record).encode())
             except OSError:
                 pass  # the heartbeat is for people; the kernel lock is what holds
-        return PREEMPTED if self._preempt_path(lease.name).exists() else RENEWED
+        return PREEMPTED if slot is None and self._preempt_path(lease.name).exists() else RENEWED
 
     def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
         if succeeded and lease.once is not None:
@@ -180,7 +288,8 @@ class LocalBackend:
         fd = self._held.get(lease.token)
         if fd is None:
             return False
-        ours = _same_file(fd, self._lock_path(lease.name))
+        slot = self._slot_of.pop(lease.token, None)
+        ours = _same_file(fd, self._lock_path(lease.name, slot))
         if ours and hold_s > 0:
             # A kernel lock cannot outlive us: --min-hold is a deadline in the description,
             # which every acquire honours, written while we still hold the lock.
@@ -215,11 +324,12 @@ class LocalBackend:
     def clear(self, name: str, token: str) -> bool:
         """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
         lock file if that holder still holds it."""
-        path = self._lock_path(name)
-        info = self._read_info(name)
+        slot = next((k for k in self._held_slots(name) if self._read_info(name, k).get("token") == token), None)
+        path = self._lock_path(name, slot)
+        info = self._read_info(name, slot)
         if info.get("token") != token:
             return False
-        if self._cooling(name, info) is not None:
+        if slot is None and self._cooling(name, info) is not None:
             info.pop("cooling_until", None)
             info.pop("cooling_until_epoch", None)
             try:
@@ -282,16 +392,17 @@ class LocalBackend:
             return None
         return self._describe(name, info, pid=_int(info.get("pid")), ttl_remaining_s=round(left, 3))
 
-    def _holder(self, name: str, fd: int) -> Holder | None:
+    def _holder(self, name: str, fd: int, slot: int | None = None) -> Holder | None:
         # Never call this for a lock this process holds: closing any descriptor of a
         # file drops the process's POSIX lock on it.
         pid = _lock_holder_pid(fd)
-        info = self._read_info(name)
+        info = self._read_info(name, slot)
         if pid is None:
-            return self._cooling(name, info)
+            return self._cooling(name, info) if slot is None else None
         if str(info.get("pid")) != str(pid):
             info = {}  # the description is the previous holder's: the new one has not written yet
-        return self._describe(name, info, pid=pid, ttl_remaining_s=None)  # a kernel lock does not expire
+        holder = self._describe(name, info, pid=pid, ttl_remaining_s=None)  # a kernel lock does not expire
+        return holder._replace(slotted=True) if slot is not None else holder
 
     @staticmethod
     def _describe(name: str, info: dict, pid: int | None, ttl_remaining_s: float | None) -> Holder:
@@ -326,17 +437,25 @@ class LocalBackend:
                 raise BackendUnavailable(
                     f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}"
                 ) from None
-            names = [unquote(f[: -len(LOCK_SUFFIX)]) for f in files]
+            units = []
+            for f in files:
+                stem = f[: -len(LOCK_SUFFIX)]
+                base, _, slot = stem.partition("~slot")
+                units.append((unquote(base), int(slot) if slot.isdigit() else None))
+        else:
+            units = [(name, None) for name in names]
+            units += [(name, slot) for name in names for slot in self._held_slots(name)]
         found = []
-        for name in names:
+        for name, slot in units:
+            path = self._lock_path(name, slot)
             try:
-                fd = os.open(self._lock_path(name), os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise BackendUnavailable(f"cannot read {self._lock_path(name)}: {exc.strerror}") from None
+                raise BackendUnavailable(f"cannot read {path}: {exc.strerror}") from None
             try:
-                holder = self._holder(name, fd)
+                holder = self._holder(name, fd, slot)
             finally:
                 os.close(fd)
             if holder is not None:

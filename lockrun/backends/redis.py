@@ -18,17 +18,21 @@ from redis.retry import Retry
 
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable, UsageError
+from lockrun.errors import BackendUnavailable, SlotsMismatch, UsageError
 from lockrun.settings import redact_url
 
 # Take the lock, bump the fence and describe the holder, all or nothing.
-# KEYS: lock, info, fence, preempt[, done]. ARGV: token, ttl_ms, then info field/value pairs.
+# KEYS: lock, info, fence, preempt, slots[, done]. ARGV: token, ttl_ms, then info field/value pairs.
 # Returns {1, fence} when taken (a preemption request meant for the previous holder is
-# dropped); {2} when the --once key (KEYS[5]) is already done, in which case the lock is
-# given straight back; else {0, pttl, info-hash-as-flat-list}.
+# dropped); {2} when the --once key (KEYS[6]) is already done, in which case the lock is
+# given straight back; {-1, n} when the name is in use with --slots n; else {0, pttl,
+# info-hash-as-flat-list}.
 ACQUIRE_SCRIPT = """
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then
+  if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
     redis.call('DEL', KEYS[1])
     return {2}
   end
@@ -94,6 +98,85 @@ end
 return 0
 """
 
+# --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
+# Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
+# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict)[, done].
+# ARGV: token, ttl_ms, n, then info field/value pairs.
+# Returns {1, fence}; {2} for a done --once key; {-1, n} when the name is in use with
+# another N (1: as a plain lock); {0, ms until the soonest holder expires, its info}.
+SLOTS_ACQUIRE_SCRIPT = """
+redis.replicate_commands()
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {-1, 1}
+end
+local n = tonumber(ARGV[3])
+local stored = redis.call('GET', KEYS[2])
+if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
+  return {-1, tonumber(stored)}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= n then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
+  return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
+end
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  return {2}
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SET', KEYS[2], n)
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+local fence = redis.call('INCR', KEYS[3])
+redis.call('DEL', KEYS[4])
+redis.call('HSET', KEYS[4], 'fencing_token', fence, unpack(ARGV, 4))
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
+return {1, fence}
+"""
+
+# Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired.
+# KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, heartbeat_at, child_pid. Returns 1 or 0.
+SLOTS_RENEW_SCRIPT = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+redis.call('HSET', KEYS[3], 'heartbeat_at', ARGV[3], 'child_pid', ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return 1
+"""
+
+# Give a slot back (release, or unlock of exactly that token) and wake one waiter.
+# KEYS: slots, slots:n, that holder's info, wake[, done]. ARGV: token, wake_ttl_ms[,
+# remember_ms, done_value]. Returns 1 if the slot was ours, 0 if not.
+SLOTS_RELEASE_SCRIPT = """
+if KEYS[5] then
+  redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[3])
+end
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 0 then
+  return 0
+end
+redis.call('DEL', KEYS[3])
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+redis.call('LPUSH', KEYS[4], '1')
+redis.call('LTRIM', KEYS[4], 0, 63)
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
+return 1
+"""
+
 WAKE_TTL_MS = 5000
 SCAN_BATCH = 1000
 
@@ -104,10 +187,18 @@ class LockKeys(NamedTuple):
     fence: str
     wake: str
     preempt: str
+    slots: str
     base: str
 
     def done(self, key: str) -> str:
         return f"{self.base}:done:{key}"
+
+    def slot_info(self, token: str) -> str:
+        return f"{self.base}:slot:{token}"
+
+    @property
+    def slot_count(self) -> str:
+        return f"{self.slots}:n"
 
 
 def lock_keys(prefix: str, name: str) -> LockKeys:
@@ -115,7 +206,7 @@ def lock_keys(prefix: str, name: str) -> LockKeys:
     base = f"{prefix}{{{name}}}"
     return LockKeys(
         lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake",
-        preempt=f"{base}:preempt", base=base,
+        preempt=f"{base}:preempt", slots=f"{base}:slots", base=base,
     )
 
 
@@ -160,7 +251,7 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None) -> Holder:
+def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None, slotted: bool = False) -> Holder:
     """A Holder from the info hash (bytes keys/values) and the lock's PTTL in ms."""
     info = {_text(k): _text(v) for k, v in fields.items()}
     try:
@@ -183,6 +274,7 @@ def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None) -> H
         ttl_remaining_s=(pttl / 1000.0) if pttl is not None and pttl >= 0 else None,
         fencing_token=_int_or_none(info.get("fencing_token")),
         cooling_until=info.get("cooling_until") or None,
+        slotted=slotted,
     )
 
 
@@ -226,44 +318,69 @@ class RedisBackend:
             raise self._unavailable(exc) from None
 
     def acquire(
-        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
+        slots: int = 1,
     ) -> Lease | Holder | Duplicate:
         keys = lock_keys(self.prefix, name)
         ttl_ms = max(1, int(ttl * 1000))
         pairs: list[str] = []
         for key, value in info.items():
             pairs += [key, value]
-        script_keys = [keys.lock, keys.info, keys.fence, keys.preempt] + ([keys.done(once.key)] if once else [])
+        done = [keys.done(once.key)] if once else []
         sent_at = time.monotonic()
-        reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, *pairs])
+        if slots > 1:
+            script_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, *done]
+            reply = self._eval(SLOTS_ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, slots, *pairs])
+        else:
+            script_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, *done]
+            reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, *pairs])
         if int(reply[0]) == 1:
-            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once)
+            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once,
+                         slots=slots)
         if int(reply[0]) == 2:
             return Duplicate(name=name, key=once.key)
+        if int(reply[0]) == -1:
+            raise SlotsMismatch(name, int(reply[1]), slots)
         flat = reply[2] or []
         fields = dict(zip(flat[0::2], flat[1::2]))
-        return holder_from_hash(name, fields, _int_or_none(reply[1]))
+        return holder_from_hash(name, fields, _int_or_none(reply[1]), slotted=slots > 1)
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         keys = lock_keys(self.prefix, lease.name)
         ttl_ms = max(1, int(lease.ttl * 1000))
-        reply = int(self._eval(
-            RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
-        ))
+        args = [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
+        if lease.slots > 1:
+            reply = int(self._eval(SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args))
+        else:
+            reply = int(self._eval(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args))
         return {1: RENEWED, 2: PREEMPTED}.get(reply, LOST)
 
     def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
         keys = lock_keys(self.prefix, lease.name)
+        done = succeeded and lease.once is not None
+        if lease.slots > 1:
+            script_keys = [keys.slots, keys.slot_count, keys.slot_info(lease.token), keys.wake]
+            args: list = [lease.token, WAKE_TTL_MS]
+            if done:
+                script_keys.append(keys.done(lease.once.key))
+                args += [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
+            return int(self._eval(SLOTS_RELEASE_SCRIPT, script_keys, args)) == 1
         script_keys = [keys.lock, keys.info, keys.wake]
-        args: list = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, 0, ""]
-        if succeeded and lease.once is not None:
+        args = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, 0, ""]
+        if done:
             script_keys.append(keys.done(lease.once.key))
             args[4:] = [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
         return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
 
     def clear(self, name: str, token: str) -> bool:
-        """Delete the lock only if it still holds ``token``, and wake one waiter."""
+        """Delete the lock (or the slot) only if it still holds ``token``, and wake one waiter."""
         keys = lock_keys(self.prefix, name)
+        if self._is_slotted(keys):
+            reply = self._eval(
+                SLOTS_RELEASE_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake],
+                [token, WAKE_TTL_MS],
+            )
+            return int(reply) == 1
         reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [token, WAKE_TTL_MS, 0, "", 0, ""])
         return int(reply) == 1
 
@@ -290,25 +407,34 @@ class RedisBackend:
 
     # -- inspection -----------------------------------------------------------------
 
+    def _is_slotted(self, keys: LockKeys) -> bool:
+        try:
+            return bool(self._client.exists(keys.slots))
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+
     def lock_names(self) -> list[str]:
-        """Names of every held lock, by SCAN (never KEYS)."""
+        """Names of every held lock, plain or slotted, by SCAN (never KEYS)."""
         head = f"{self.prefix}{{"
-        tail = "}:lock"
-        pattern = _glob_escape(self.prefix) + "{*}:lock"
         names = set()
         try:
-            for key in self._client.scan_iter(match=pattern, count=SCAN_BATCH):
-                key = _text(key)
-                if key.startswith(head) and key.endswith(tail):
-                    names.add(key[len(head) : -len(tail)])
+            for tail in ("}:lock", "}:slots"):
+                pattern = _glob_escape(self.prefix) + "{*" + tail
+                for key in self._client.scan_iter(match=pattern, count=SCAN_BATCH):
+                    key = _text(key)
+                    if key.startswith(head) and key.endswith(tail):
+                        names.add(key[len(head) : -len(tail)])
         except redis.RedisError as exc:
             raise self._unavailable(exc) from None
         return sorted(names)
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
+        """Every holder: one per plain lock, one per live slot of a --slots lock."""
         names = self.lock_names() if names is None else list(names)
         found: list[Holder] = []
         try:
+            seconds, micros = self._client.time()
+            now_ms = seconds * 1000 + micros // 1000
             for start in range(0, len(names), SCAN_BATCH):
                 batch = names[start : start + SCAN_BATCH]
                 pipe = self._client.pipeline(transaction=False)
@@ -317,11 +443,22 @@ class RedisBackend:
                     pipe.get(keys.lock)
                     pipe.pttl(keys.lock)
                     pipe.hgetall(keys.info)
+                    pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
                 replies = pipe.execute()
+                slotted: list[tuple[str, str, float]] = []
                 for i, name in enumerate(batch):
-                    token, pttl, fields = replies[3 * i : 3 * i + 3]
+                    token, pttl, fields, slots = replies[4 * i : 4 * i + 4]
                     if token is not None:
                         found.append(holder_from_hash(name, fields or {}, _int_or_none(pttl), token=token))
+                    slotted += [(name, _text(member), score) for member, score in slots or []]
+                if slotted:
+                    pipe = self._client.pipeline(transaction=False)
+                    for name, member, _ in slotted:
+                        pipe.hgetall(lock_keys(self.prefix, name).slot_info(member))
+                    for (name, member, score), fields in zip(slotted, pipe.execute()):
+                        found.append(
+                            holder_from_hash(name, fields or {}, int(score) - now_ms, token=member, slotted=True)
+                        )
         except redis.RedisError as exc:
             raise self._unavailable(exc) from None
         return found
