@@ -140,13 +140,14 @@ def cli() -> None:
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
               help="How long a succeeded --once key is kept.")
 @click.option("--slots", type=click.IntRange(1, 10000), metavar="N", default=1, show_default=True,
-              help="Allow up to N holders of NAME at once, across hosts (a semaphore); each has its own token, "
-                   "fencing token and renewal. Every caller of one name must use the same N.")
+              help="Allow up to N holders of the name at once across hosts (a semaphore); each holder has its own "
+                   "token and fencing token. Every caller of one name must use the same N.")
 @click.option("--min-hold", type=DURATION,
-              help="Keep the lock taken until DURATION after it was acquired, even if the command ends sooner "
-                   "(a host whose clock lags cannot rerun the job); config: min_hold.")
+              help="Keep the lock taken until at least DURATION after acquisition, so a host whose clock lags "
+                   "cannot rerun a short job; status shows such a lock as cooling (config: min_hold).")
 @click.option("--replace", is_flag=True,
-              help="Ask a busy lock's holder to stop (it exits 76, ledger status preempted), wait for it, then run.")
+              help="Ask the current holder to stop (it exits 76 with ledger status preempted), wait for its "
+                   "release, then run; never two at once.")
 @click.option("--metrics-file", metavar="PATH",
               help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
