@@ -47,6 +47,22 @@ def _lock_holder_pid(fd: int) -> int | None:
     return None if lock_type == fcntl.F_UNLCK else pid
 
 
+def _open_and_try_lock(path: Path) -> tuple[int, bool]:
+    """Open (creating) ``path`` and try its write lock without waiting: (fd, locked)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            os.close(fd)
+            raise BackendUnavailable(f"cannot lock {path}: {exc.strerror}") from None
+        return fd, False
+    return fd, True
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
         here, there = os.fstat(fd), os.stat(path)
@@ -133,16 +149,8 @@ class LocalBackend:
         path = self._lock_path(name)
         sent_at = time.monotonic()
         for _ in range(ACQUIRE_ATTEMPTS):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise BackendUnavailable(f"cannot lock {path}: {exc.strerror}") from None
+            fd, locked = _open_and_try_lock(path)
+            if not locked:
                 holder = self._holder(name, fd)
                 os.close(fd)
                 if holder is None:
@@ -236,16 +244,8 @@ class LocalBackend:
         busy: Holder | None = None
         for slot in range(slots):
             path = self._lock_path(name, slot)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise BackendUnavailable(f"cannot lock {path}: {exc.strerror}") from None
+            fd, locked = _open_and_try_lock(path)
+            if not locked:
                 busy = busy or self._holder(name, fd, slot)
                 os.close(fd)
                 continue
