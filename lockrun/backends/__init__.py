@@ -79,9 +79,13 @@ class Backend(Protocol):
     name: str  # "redis" or "local"
 
     def acquire(
-        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
+        slots: int = 1,
     ) -> Lease | Holder | Duplicate:
-        """Take the lock if it is free (and ``once`` is not done yet); else say why not. One round trip."""
+        """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
+
+        One round trip. Raises SlotsMismatch when the name is in use with another N.
+        """
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED."""
@@ -103,7 +107,8 @@ class Backend(Protocol):
         """Block until a release of ``name`` is announced or ``timeout`` passes."""
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
-        """The held locks (all, or the named ones that are held)."""
+        """The held locks (all, or the named ones that are held): one Holder per holder,
+        so a --slots lock may appear several times, and a cooling one appears too."""
 
     def close(self) -> None: ...
 
