@@ -82,16 +82,27 @@ class LockrunGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def _remember_global(ctx, param, value):
+    ctx.meta.setdefault("lockrun.globals", {})[param.name] = value
+    return value
+
+
+# Global options are not parameters of each command: a callback keeps them in ctx.meta.
+_GLOBAL = {"expose_value": False, "callback": _remember_global, "is_eager": True}
+
+
 def global_options(fn):
-    """The settings every subcommand accepts (contract §2)."""
+    """The settings every subcommand accepts (contract §2); read back with :func:`_settings`."""
     options = [
-        click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True,
+        click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
                      help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),
-        click.option("--redis-url", type=REDIS_URL, envvar="LOCKRUN_REDIS_URL", show_envvar=True,
+        click.option("--redis-url", type=REDIS_URL, envvar="LOCKRUN_REDIS_URL", show_envvar=True, **_GLOBAL,
                      help="redis://, rediss:// or unix:// URL of the shared lock server."),
-        click.option("--prefix", metavar="P", envvar="LOCKRUN_PREFIX", show_envvar=True,
+        click.option("--redis-ca", metavar="PATH", envvar="LOCKRUN_REDIS_CA", show_envvar=True, **_GLOBAL,
+                     help="CA certificates (PEM) that verify a rediss:// server [default: the system's]."),
+        click.option("--prefix", metavar="P", envvar="LOCKRUN_PREFIX", show_envvar=True, **_GLOBAL,
                      help="Namespace of every Redis key [default: lockrun:]."),
-        click.option("--ledger", metavar="PATH", envvar="LOCKRUN_LEDGER", show_envvar=True,
+        click.option("--ledger", metavar="PATH", envvar="LOCKRUN_LEDGER", show_envvar=True, **_GLOBAL,
                      help="SQLite run ledger [default: $LOCKRUN_STATE_DIR/ledger.db]."),
     ]
     for option in reversed(options):
@@ -99,8 +110,13 @@ def global_options(fn):
     return fn
 
 
-def _resolve(config, redis_url, prefix, ledger, ttl=None) -> settings.Settings:
-    return settings.resolve(config=config, redis_url=redis_url, prefix=prefix, ledger=ledger, ttl=ttl)
+def _settings(ctx, ttl=None) -> settings.Settings:
+    """Flag/environment values of the global options > config file > defaults."""
+    given = ctx.meta.get("lockrun.globals", {})
+    return settings.resolve(
+        config=given.get("config"), redis_url=given.get("redis_url"), redis_ca=given.get("redis_ca"),
+        prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl,
+    )
 
 
 @click.group(cls=LockrunGroup, context_settings=CONTEXT)
@@ -167,9 +183,8 @@ def cli() -> None:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
 def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, slots, min_hold,
-        replace, metrics_file,
-        notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail, verbose, quiet,
-        config, redis_url, prefix, ledger, command):
+        replace, metrics_file, notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail,
+        verbose, quiet, command):
     """Run COMMAND while holding the lock NAME.
 
     \b
@@ -186,7 +201,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     from lockrun.runner import Run, RunOptions
 
     argv = list(command)
-    resolved = _resolve(config, redis_url, prefix, ledger, ttl)
+    resolved = _settings(ctx, ttl)
     if slots > 1 and (replace or min_hold is not None):
         raise click.UsageError("--slots cannot be combined with --replace or --min-hold (yet)", ctx=ctx)
     options = RunOptions(
@@ -218,9 +233,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
 
     outcome = Run(
         options,
-        backend_factory=lambda timeout_s: open_backend(
-            resolved.redis_url, resolved.prefix, timeout_s, resolved.state_dir
-        ),
+        backend_factory=lambda timeout_s: open_backend(resolved, timeout_s),
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
         report=report,
@@ -251,9 +264,7 @@ def complete_lock_names(ctx, param, incomplete):
     try:
         from lockrun.backends import open_backend
 
-        params = ctx.params
-        resolved = _resolve(params.get("config"), params.get("redis_url"), params.get("prefix"), params.get("ledger"))
-        backend = open_backend(resolved.redis_url, resolved.prefix, 0.5, resolved.state_dir)
+        backend = open_backend(_settings(ctx), 0.5)
         try:
             names = backend.lock_names()
         finally:
@@ -268,7 +279,7 @@ def complete_lock_names(ctx, param, incomplete):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {backend, locks: [...]}, one entry per lock.")
 @global_options
 @click.pass_context
-def status(ctx, names, as_json, config, redis_url, prefix, ledger):
+def status(ctx, names, as_json):
     """Show who holds which lock, whether the holder is alive, and the last run.
 
     \b
@@ -285,8 +296,8 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
     from lockrun.errors import BackendUnavailable
     from lockrun.status import ledger_view, lock_states
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
-    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0, resolved.state_dir)
+    resolved = _settings(ctx)
+    backend = open_backend(resolved, 5.0)
     book = _open_ledger_for_reading(resolved.ledger_path)
     wanted = list(names) if names else None
     error = None
@@ -316,7 +327,7 @@ def status(ctx, names, as_json, config, redis_url, prefix, ledger):
 @click.option("--all", "every_holder", is_flag=True, help="With --slots: every holder (live ones only with --force).")
 @global_options
 @click.pass_context
-def unlock(ctx, name, force, yes, token_prefix, every_holder, config, redis_url, prefix, ledger):
+def unlock(ctx, name, force, yes, token_prefix, every_holder):
     """Clear a lock whose holder crashed (a zombie), never a live one unless --force.
 
     \b
@@ -333,8 +344,8 @@ def unlock(ctx, name, force, yes, token_prefix, every_holder, config, redis_url,
     from lockrun import unlock as unlocking
     from lockrun.backends import open_backend
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
-    backend = open_backend(resolved.redis_url, resolved.prefix, 5.0, resolved.state_dir)
+    resolved = _settings(ctx)
+    backend = open_backend(resolved, 5.0)
     argv = ["lockrun", "unlock", name] + (["--force"] if force else [])
     try:
         holders = unlocking.inspect_all(backend, name)
@@ -405,7 +416,7 @@ STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeou
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
-def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, prefix, ledger):
+def history(ctx, name, limit, status_filter, since, as_json):
     """Show the runs recorded in the ledger, newest first.
 
     \b
@@ -417,7 +428,7 @@ def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, 
     """
     from lockrun import render
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
+    resolved = _settings(ctx)
     book = _open_ledger_for_reading(resolved.ledger_path)
     rows = []
     if book is not None:
@@ -437,7 +448,7 @@ def history(ctx, name, limit, status_filter, since, as_json, config, redis_url, 
 @click.option("--older-than", type=DURATION, required=True, help="Delete finished runs older than DURATION.")
 @global_options
 @click.pass_context
-def prune(ctx, older_than, config, redis_url, prefix, ledger):
+def prune(ctx, older_than):
     """Delete old runs from the ledger (never running ones).
 
     \b
@@ -447,7 +458,7 @@ def prune(ctx, older_than, config, redis_url, prefix, ledger):
     """
     from lockrun.ledger import Ledger
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
+    resolved = _settings(ctx)
     if not resolved.ledger_path.exists():
         click.echo(f"no ledger at {resolved.ledger_path}; nothing to prune")
         ctx.exit(0)
@@ -469,7 +480,7 @@ RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: the run as in history --json, plus output_tail.")
 @global_options
 @click.pass_context
-def show(ctx, run_id, as_json, config, redis_url, prefix, ledger):
+def show(ctx, run_id, as_json):
     """Show one run from the ledger, with its output tail (--capture-tail).
 
     \b
@@ -480,7 +491,7 @@ def show(ctx, run_id, as_json, config, redis_url, prefix, ledger):
     """
     from lockrun import render
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
+    resolved = _settings(ctx)
     book = _open_ledger_for_reading(resolved.ledger_path)
     found = None
     if book is not None:
@@ -502,7 +513,7 @@ def show(ctx, run_id, as_json, config, redis_url, prefix, ledger):
 @cli.command(context_settings=CONTEXT)
 @global_options
 @click.pass_context
-def metrics(ctx, config, redis_url, prefix, ledger):
+def metrics(ctx):
     """Print the ledger as Prometheus metrics (text exposition format).
 
     \b
@@ -515,7 +526,7 @@ def metrics(ctx, config, redis_url, prefix, ledger):
     """
     from lockrun import metrics as exposition
 
-    resolved = _resolve(config, redis_url, prefix, ledger)
+    resolved = _settings(ctx)
     book = _open_ledger_for_reading(resolved.ledger_path)
     if book is None:
         from lockrun.ledger import Ledger

@@ -201,6 +201,7 @@ def redact_url(url: str) -> str:
 #: key -> (python types accepted, what the message says is expected)
 CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "redis_url": ((str,), "a string (redis://, rediss:// or unix:// URL)"),
+    "redis_ca": ((str,), "a string (path of the CA certificates that verify a rediss:// server)"),
     "prefix": ((str,), "a string"),
     "ledger": ((str,), "a string (path of the SQLite ledger)"),
     "state_dir": ((str,), "a string (directory)"),
@@ -302,6 +303,7 @@ class Settings(NamedTuple):
     config_path: Path | None
     ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
     metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
+    redis_ca: str | None = None  # CA file for rediss:// URLs
     notify_urls: tuple[str, ...] = ()
     min_hold: float | None = None
 
@@ -326,6 +328,7 @@ def resolve(
     *,
     config: str | None = None,
     redis_url: str | None = None,
+    redis_ca: str | None = None,
     prefix: str | None = None,
     ledger: str | None = None,
     ttl: float | None = None,
@@ -349,4 +352,5 @@ def resolve(
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
         notify_urls=tuple(file.get("notify_urls", ())),
         min_hold=parse_duration(file["min_hold"], "min_hold") if file.get("min_hold") else None,
+        redis_ca=redis_ca or file.get("redis_ca"),
     )

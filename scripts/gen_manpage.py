@@ -43,6 +43,7 @@ DESCRIPTION = [
 
 ENVIRONMENT = [
     ("LOCKRUN_REDIS_URL", "Redis URL (redis://, rediss://, unix://); without one the local backend is used."),
+    ("LOCKRUN_REDIS_CA", "CA certificates that verify a rediss:// server (default: the system's)."),
     ("LOCKRUN_PREFIX", "Namespace of every Redis key (default lockrun:)."),
     ("LOCKRUN_LEDGER", "Path of the SQLite run ledger (default $LOCKRUN_STATE_DIR/ledger.db)."),
     ("LOCKRUN_STATE_DIR", "Where the ledger and local locks live (default /var/lib/lockrun for root, "
@@ -54,8 +55,8 @@ ENVIRONMENT = [
 ]
 
 FILES = [
-    ("/etc/lockrun.toml", "System-wide config file: redis_url, prefix, ledger, state_dir, ttl, ledger_keep_days, "
-                          "metrics_file. "
+    ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, prefix, ledger, state_dir, ttl, min_hold, "
+                          "notify_urls, ledger_keep_days, metrics_file. "
                           "Must not be world-writable. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),

@@ -54,12 +54,17 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, password: str | None = None) -> None:
+    def __init__(self, password: str | None = None, tls: dict | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="lr-redis-"))  # short: unix socket paths are limited
         self.socket = str(self.dir / "redis.sock")
         self.port = free_port()
         self.password = password
+        self.tls = tls  # {"cert": ..., "key": ..., "ca": ...}: serve TLS on self.port
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def tls_url(self) -> str:
+        return f"rediss://127.0.0.1:{self.port}/0"
 
     @property
     def url(self) -> str:
@@ -82,6 +87,11 @@ class RedisServer:
         ]
         if self.password:
             argv += ["--requirepass", self.password]
+        if self.tls:
+            argv[argv.index("--port") + 1] = "0"
+            argv += ["--tls-port", str(self.port), "--tls-cert-file", self.tls["cert"],
+                     "--tls-key-file", self.tls["key"], "--tls-ca-cert-file", self.tls["ca"],
+                     "--tls-auth-clients", "no"]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def ready():

@@ -122,16 +122,16 @@ def call_timeout_for(ttl: float) -> float:
     return min(5.0, max(0.05, ttl / 5.0))
 
 
-def open_backend(redis_url: str | None, prefix: str, timeout: float, state_dir=None) -> Backend:
-    """Redis when a URL is configured, else the local backend in ``state_dir``.
+def open_backend(settings, timeout: float) -> Backend:
+    """Redis when a URL is configured, else the local backend in the state directory.
 
     A configured but unreachable Redis is never replaced by the local backend:
     that is exit 69. Redis is imported only when it is used.
     """
-    if not redis_url:
+    if not settings.redis_url:
         from lockrun.backends.local import LocalBackend
 
-        return LocalBackend(state_dir)
+        return LocalBackend(settings.state_dir)
     from lockrun.backends.redis import RedisBackend
 
-    return RedisBackend(redis_url, prefix, timeout)
+    return RedisBackend(settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca)

@@ -221,7 +221,7 @@ def _no_client_setinfo() -> dict:
     return {"lib_name": None, "lib_version": None}
 
 
-def _connection_pool(url: str, timeout: float) -> ConnectionPool:
+def _connection_pool(url: str, timeout: float, ca: str | None = None) -> ConnectionPool:
     # Build the pool from parse_url ourselves: ConnectionPool.from_url lets a
     # ?socket_timeout= in the URL win over our bound, and an unbounded call
     # against a paused Redis would let the command outlive its lease.
@@ -237,6 +237,8 @@ def _connection_pool(url: str, timeout: float) -> ConnectionPool:
         **_no_client_setinfo(),
     )
     options.pop("retry_on_timeout", None)
+    if ca and url.startswith("rediss://"):
+        options.setdefault("ssl_ca_certs", ca)  # a ?ssl_ca_certs= in the URL says it more precisely
     return ConnectionPool(**options)
 
 
@@ -281,14 +283,15 @@ def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None, slot
 class RedisBackend:
     name = "redis"
 
-    def __init__(self, url: str, prefix: str, timeout: float) -> None:
+    def __init__(self, url: str, prefix: str, timeout: float, ca: str | None = None) -> None:
         self.url = url
         self.prefix = prefix
         self.timeout = timeout
+        self.ca = ca
         self._redacted = redact_url(url)
         try:
             self._password = parse_url(url).get("password")
-            self._client = redis.Redis(connection_pool=_connection_pool(url, timeout))
+            self._client = redis.Redis(connection_pool=_connection_pool(url, timeout, ca))
         except ValueError as exc:
             raise UsageError(f"invalid Redis URL {self._redacted!r}: {exc}") from None
         self._waiter: redis.Redis | None = None
@@ -399,7 +402,7 @@ class RedisBackend:
             return
         if self._waiter is None:
             # A client of its own: its read timeout must outlast the BLPOP timeout.
-            self._waiter = redis.Redis(connection_pool=_connection_pool(self.url, self.timeout + 1.0))
+            self._waiter = redis.Redis(connection_pool=_connection_pool(self.url, self.timeout + 1.0, self.ca))
         try:
             self._waiter.blpop([lock_keys(self.prefix, name).wake], timeout=timeout)
         except redis.RedisError as exc:
