@@ -15,7 +15,7 @@ import stat
 import sys
 from typing import NamedTuple
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from lockrun.errors import ConfigError, UsageError
 
@@ -33,6 +33,7 @@ _SECONDS_RE = re.compile(r"\d+(\.\d*)?|\.\d+")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 # --- single values ------------------------------------------------------------------
@@ -157,6 +158,12 @@ def validate_http_url(url: str, what: str) -> str:
 
 def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
     """Check the scheme and shape of a Redis URL; the message never shows a password."""
+    if url.split("://", 1)[0] in CLUSTER_SCHEMES:  # several host:port pairs: not urlsplit's business
+        try:
+            parse_cluster_url(url)
+        except ValueError as exc:
+            raise error(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
+        return url
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -164,11 +171,39 @@ def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = U
         raise error(f"invalid Redis URL {redact_url(url)!r}: cannot parse it") from None
     if parts.scheme not in REDIS_SCHEMES:
         raise error(
-            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss:// or unix://"
+            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss://, unix:// or"
+            " redis+cluster://"
         )
     if parts.scheme == "unix" and not parts.path:
         raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
     return url
+
+
+class ClusterURL(NamedTuple):
+    nodes: list[tuple[str, int]]
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def parse_cluster_url(url: str) -> ClusterURL:
+    """``redis+cluster://[user:password@]h1:7000,h2:7001/``: the startup nodes of a Redis Cluster."""
+    scheme, _, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username, password = unquote(user) or None, unquote(secret) if colon else None
+    nodes = []
+    for item in filter(None, hosts.split(",")):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {item!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError("a redis+cluster:// URL needs at least one host:port")
+    return ClusterURL(nodes, username, password, scheme.startswith("rediss"))
 
 
 def redact_url(url: str) -> str:

@@ -19,7 +19,7 @@ from redis.retry import Retry
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, SlotsMismatch, UsageError
-from lockrun.settings import redact_url
+from lockrun.settings import CLUSTER_SCHEMES, parse_cluster_url, redact_url
 
 # Take the lock, bump the fence and describe the holder, all or nothing.
 # KEYS: lock, info, fence, preempt, slots[, done]. ARGV: token, ttl_ms, then info field/value pairs.
@@ -177,6 +177,10 @@ redis.call('PEXPIRE', KEYS[4], ARGV[2])
 return 1
 """
 
+# Everything redis-py raises for a server that cannot serve us (RedisClusterException is
+# not a RedisError: it says a cluster's slot map could not be had).
+REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
 WAKE_TTL_MS = 5000
 SCAN_BATCH = 1000
 
@@ -289,12 +293,33 @@ class RedisBackend:
         self.timeout = timeout
         self.ca = ca
         self._redacted = redact_url(url)
+        self._cluster = parse_cluster_url(url) if url.split("://", 1)[0] in CLUSTER_SCHEMES else None
         try:
-            self._password = parse_url(url).get("password")
-            self._client = redis.Redis(connection_pool=_connection_pool(url, timeout, ca))
+            self._password = self._cluster.password if self._cluster else parse_url(url).get("password")
+            self._client = self._make_client(timeout)
         except ValueError as exc:
             raise UsageError(f"invalid Redis URL {self._redacted!r}: {exc}") from None
-        self._waiter: redis.Redis | None = None
+        self._waiter = None
+
+    def _make_client(self, timeout: float):
+        """A client whose every call is bounded by ``timeout``: plain Redis, or a Redis Cluster."""
+        if self._cluster is None:
+            return redis.Redis(connection_pool=_connection_pool(self.url, timeout, self.ca))
+        from redis.cluster import ClusterNode, RedisCluster
+
+        options = dict(
+            startup_nodes=[ClusterNode(host, port) for host, port in self._cluster.nodes],
+            username=self._cluster.username, password=self._cluster.password,
+            socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+            protocol=2, ssl=self._cluster.tls, **_no_client_setinfo(),
+        )
+        if self._cluster.tls and self.ca:
+            options["ssl_ca_certs"] = self.ca
+        try:
+            # Connects at once to learn the slot map; a cluster that cannot be reached is a 69.
+            return RedisCluster(**options)
+        except REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
 
     # -- error mapping -------------------------------------------------------------
 
@@ -309,7 +334,7 @@ class RedisBackend:
         # even on a Redis that just restarted with an empty script cache.
         try:
             return self._client.eval(script, len(keys), *keys, *args)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
 
     # -- lease operations -----------------------------------------------------------
@@ -317,7 +342,7 @@ class RedisBackend:
     def ping(self) -> None:
         try:
             self._client.ping()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
 
     def acquire(
@@ -402,10 +427,10 @@ class RedisBackend:
             return
         if self._waiter is None:
             # A client of its own: its read timeout must outlast the BLPOP timeout.
-            self._waiter = redis.Redis(connection_pool=_connection_pool(self.url, self.timeout + 1.0, self.ca))
+            self._waiter = self._make_client(self.timeout + 1.0)
         try:
             self._waiter.blpop([lock_keys(self.prefix, name).wake], timeout=timeout)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
 
     # -- inspection -----------------------------------------------------------------
@@ -413,7 +438,7 @@ class RedisBackend:
     def _is_slotted(self, keys: LockKeys) -> bool:
         try:
             return bool(self._client.exists(keys.slots))
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
 
     def lock_names(self) -> list[str]:
@@ -427,7 +452,7 @@ class RedisBackend:
                     key = _text(key)
                     if key.startswith(head) and key.endswith(tail):
                         names.add(key[len(head) : -len(tail)])
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
         return sorted(names)
 
@@ -462,7 +487,7 @@ class RedisBackend:
                         found.append(
                             holder_from_hash(name, fields or {}, int(score) - now_ms, token=member, slotted=True)
                         )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
         return found
 
@@ -471,6 +496,7 @@ class RedisBackend:
             if client is not None:
                 try:
                     client.close()
-                    client.connection_pool.disconnect()
-                except redis.RedisError:
+                    if getattr(client, "connection_pool", None) is not None:  # a cluster client has none
+                        client.connection_pool.disconnect()
+                except REDIS_ERRORS:
                     pass

@@ -1,0 +1,116 @@
+"""Redis Cluster: three masters made by `redis-cli --cluster create`, hash-tagged keys, status across nodes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import free_port, run_lockrun, spawn_lockrun, wait_until
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    folder = Path(tempfile.mkdtemp(prefix="lr-cluster-"))
+    ports = [free_port() for _ in range(3)]
+    procs = []
+    for port in ports:
+        node_dir = folder / str(port)
+        node_dir.mkdir()
+        procs.append(subprocess.Popen(
+            # The bus port is named, not port + 10000, which overflows for high random ports.
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-port", str(free_port()), "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no", "--dir", str(node_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+    try:
+        for port in ports:
+            wait_until(lambda port=port: _ping(port), what=f"cluster node {port}")
+        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        for port in ports:
+            wait_until(lambda port=port: b"cluster_state:ok" in _info(port), timeout=30, what="cluster_state:ok")
+        yield ports
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ping(port: int) -> bool:
+    try:
+        return redis.Redis(port=port, socket_timeout=2).ping()
+    except redis.RedisError:
+        return False
+
+
+def _info(port: int) -> bytes:
+    try:
+        return redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "INFO")
+    except redis.RedisError:
+        return b""
+
+
+@pytest.fixture
+def cluster_env(local_env, cluster):
+    return {**local_env, "LOCKRUN_REDIS_URL": f"redis+cluster://127.0.0.1:{cluster[0]},127.0.0.1:{cluster[1]}/"}
+
+
+def test_runs_busy_and_fencing_on_a_cluster(cluster_env, tmp_path):
+    result = run_lockrun(cluster_env, "-n", "c1", "--", "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+    flag = tmp_path / "held"
+    holder = spawn_lockrun(cluster_env, "-n", "c1", "--ttl", "3", "--", "sh", "-c", f"touch {flag}; sleep 4")
+    try:
+        wait_until(flag.exists, what="the holder")
+        assert run_lockrun(cluster_env, "-n", "c1", "--", "true").returncode == 75
+        started = time.monotonic()
+        waited = run_lockrun(cluster_env, "-n", "c1", "-w", "30", "--", "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN")
+        assert waited.returncode == 0 and waited.stdout == "3\n"  # after the holder (2), renewed past its TTL
+        assert time.monotonic() - started > 2
+    finally:
+        holder.wait(30)
+
+
+def test_status_lists_locks_across_all_nodes(cluster_env, cluster, tmp_path):
+    names = [f"spread-{i}" for i in range(12)]
+    slots = {redis.RedisCluster(host="127.0.0.1", port=cluster[0]).keyslot(f"lockrun:{{{n}}}:lock") for n in names}
+    holders, flags = [], []
+    for name in names:
+        flag = tmp_path / name
+        flags.append(flag)
+        holders.append(spawn_lockrun(cluster_env, "-n", name, "--", "sh", "-c", f"touch {flag}; sleep 30"))
+    try:
+        wait_until(lambda: all(f.exists() for f in flags), timeout=60, what="all holders")
+        locks = json.loads(run_lockrun(cluster_env, "status", "--json").stdout)["locks"]
+        assert sorted(lock["name"] for lock in locks) == sorted(names)
+        assert len(slots) > 3  # the names really live on different slots (and so nodes)
+        slotted = run_lockrun(cluster_env, "-n", "sem", "--slots", "2", "--", "true")
+        assert slotted.returncode == 0, slotted.stderr
+    finally:
+        for proc in holders:
+            proc.terminate()
+            proc.wait(30)
+
+
+def test_an_unreachable_cluster_is_69(local_env):
+    local_env["LOCKRUN_REDIS_URL"] = f"redis+cluster://127.0.0.1:{free_port()}/"
+    result = run_lockrun(local_env, "-n", "x", "--", "true")
+    assert result.returncode == 69 and result.stderr.count("\n") == 1
+    assert run_lockrun(local_env, "status").returncode == 69
+
+
+def test_bad_cluster_urls_are_usage_errors(local_env):
+    for url in ("redis+cluster://", "redis+cluster://host/", "redis+cluster://h:1,h:notaport/"):
+        local_env["LOCKRUN_REDIS_URL"] = url
+        result = run_lockrun(local_env, "-n", "x", "--", "true")
+        assert result.returncode == 2 and "cluster" in result.stderr
