@@ -197,7 +197,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     A busy lock exits 75 quietly; a lease that cannot be kept stops the command
     and exits 76.
     """
-    from lockrun.backends import open_backend
+    from lockrun.backends import call_timeout_for, open_backend
     from lockrun.runner import Run, RunOptions
 
     argv = list(command)
@@ -224,6 +224,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         min_hold=(min_hold if min_hold is not None else resolved.min_hold) if slots == 1 else None,
         replace=replace,
         slots=slots,
+        call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
     )
 
     def report(level: str, message: str) -> None:
@@ -233,7 +234,9 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
 
     outcome = Run(
         options,
-        backend_factory=lambda timeout_s: open_backend(resolved, timeout_s),
+        backend_factory=lambda timeout_s: open_backend(
+            resolved, timeout_s, call_timeout_for(resolved.ttl, resolved.connect_timeout)
+        ),
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
         report=report,
@@ -297,7 +300,7 @@ def status(ctx, names, as_json):
     from lockrun.status import ledger_view, lock_states
 
     resolved = _settings(ctx)
-    backend = open_backend(resolved, 5.0)
+    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     book = _open_ledger_for_reading(resolved.ledger_path)
     wanted = list(names) if names else None
     error = None
@@ -345,7 +348,7 @@ def unlock(ctx, name, force, yes, token_prefix, every_holder):
     from lockrun.backends import open_backend
 
     resolved = _settings(ctx)
-    backend = open_backend(resolved, 5.0)
+    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     argv = ["lockrun", "unlock", name] + (["--force"] if force else [])
     try:
         holders = unlocking.inspect_all(backend, name)

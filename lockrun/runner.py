@@ -51,6 +51,7 @@ class RunOptions(NamedTuple):
     min_hold: float | None = None  # keep the lock taken this long after acquiring it, at least
     replace: bool = False  # ask a busy lock's holder to stop instead of skipping
     slots: int = 1  # up to this many holders of the name at once
+    call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
 
 
 class Outcome(NamedTuple):
@@ -104,6 +105,7 @@ class Run:
         self.backend_name = backend_name
         self.report = report
         self.ledger_keep_days = ledger_keep_days
+        self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
         self.metrics_file = metrics_file
         self.run_id = uuid.uuid4().hex
         self.token = os.urandom(16).hex()  # 128 random bits from the kernel CSPRNG, new for every run
@@ -195,7 +197,7 @@ class Run:
         backend = None
         try:
             try:
-                backend = self.backend_factory(call_timeout_for(self.options.ttl))
+                backend = self.backend_factory(self.call_timeout)
                 outcome = self._locked_run(backend, supervisor)
             except BackendUnavailable as exc:
                 outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status="unavailable", error=str(exc))
@@ -370,7 +372,7 @@ class Run:
             backend,
             lease,
             stop_grace=opts.kill_after,
-            call_timeout=call_timeout_for(opts.ttl),
+            call_timeout=self.call_timeout,
             wake=supervisor.wake,
             child_pid=lambda: child_pid,
         )

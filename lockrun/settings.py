@@ -245,6 +245,8 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
     "notify_urls": ((list,), "a list of http:// or https:// URLs"),
     "min_hold": ((str,), "a duration string such as \"30s\" or \"5m\""),
+    "socket_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
+    "connect_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
 }
 
 
@@ -303,6 +305,8 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: ttl must be {expected}")
         if key == "ledger_keep_days" and value < 1:
             raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
+        if key in ("socket_timeout", "connect_timeout") and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"config file {where}: {key} must be {expected}")
         if key == "min_hold":
             try:
                 parse_duration(value, "min_hold")
@@ -339,6 +343,8 @@ class Settings(NamedTuple):
     ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
     metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
     redis_ca: str | None = None  # CA file for rediss:// URLs
+    socket_timeout: float | None = None  # None: derived from the TTL (TTL/5, 50 ms to 5 s)
+    connect_timeout: float | None = None
     notify_urls: tuple[str, ...] = ()
     min_hold: float | None = None
 
@@ -388,4 +394,6 @@ def resolve(
         notify_urls=tuple(file.get("notify_urls", ())),
         min_hold=parse_duration(file["min_hold"], "min_hold") if file.get("min_hold") else None,
         redis_ca=redis_ca or file.get("redis_ca"),
+        socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,
+        connect_timeout=float(file["connect_timeout"]) if "connect_timeout" in file else None,
     )

@@ -56,8 +56,8 @@ ENVIRONMENT = [
 ]
 
 FILES = [
-    ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, prefix, ledger, state_dir, ttl, min_hold, "
-                          "notify_urls, ledger_keep_days, metrics_file. "
+    ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, socket_timeout, connect_timeout, prefix, "
+                          "ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, metrics_file. "
                           "Must not be world-writable. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),

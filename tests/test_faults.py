@@ -184,3 +184,24 @@ def test_short_redis_blip_does_not_lose_the_lease(env, redis_server, tmp_path):
     redis_server.resume()
     code, err = finish(proc)
     assert (code, err) == (0, "")
+
+
+def test_configured_timeouts_bound_calls_and_are_capped_by_the_lease(env, tmp_path):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        env["LOCKRUN_REDIS_URL"] = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        config = tmp_path / "t.toml"
+        env["LOCKRUN_CONFIG"] = str(config)
+        config.write_text("socket_timeout = 0.3\nconnect_timeout = 0.3\n")
+        started = time.monotonic()
+        assert run_lockrun(env, "-n", "t", "--ttl", "60", "--", "true").returncode == 69
+        quick = time.monotonic() - started
+        config.write_text("socket_timeout = 30\n")  # above TTL/3: capped to 1 s for --ttl 3
+        started = time.monotonic()
+        assert run_lockrun(env, "-n", "t", "--ttl", "3", "--", "true").returncode == 69
+        capped = time.monotonic() - started
+    assert quick < 4  # the default for --ttl 60 would be 5 s per call
+    assert capped < 6
+    config.write_text("socket_timeout = -1\n")
+    assert run_lockrun(env, "-n", "t", "--", "true").returncode == 78

@@ -113,16 +113,19 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def call_timeout_for(ttl: float) -> float:
+def call_timeout_for(ttl: float, configured: float | None = None) -> float:
     """The bound on one backend call: a fifth of the lease, between 50 ms and 5 s.
 
     A renewal that hangs longer than that must leave time for a retry and for
-    stopping the command before the lease can expire.
+    stopping the command before the lease can expire, so a configured timeout
+    (``socket_timeout`` / ``connect_timeout``) is capped at a third of the lease.
     """
+    if configured is not None:
+        return min(configured, ttl / 3.0)
     return min(5.0, max(0.05, ttl / 5.0))
 
 
-def open_backend(settings, timeout: float) -> Backend:
+def open_backend(settings, timeout: float, connect_timeout: float | None = None) -> Backend:
     """Redis when a URL is configured, else the local backend in the state directory.
 
     A configured but unreachable Redis is never replaced by the local backend:
@@ -134,4 +137,6 @@ def open_backend(settings, timeout: float) -> Backend:
         return LocalBackend(settings.state_dir)
     from lockrun.backends.redis import RedisBackend
 
-    return RedisBackend(settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca)
+    return RedisBackend(
+        settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout
+    )

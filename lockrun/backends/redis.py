@@ -225,14 +225,14 @@ def _no_client_setinfo() -> dict:
     return {"lib_name": None, "lib_version": None}
 
 
-def _connection_pool(url: str, timeout: float, ca: str | None = None) -> ConnectionPool:
+def _connection_pool(url: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None) -> ConnectionPool:
     # Build the pool from parse_url ourselves: ConnectionPool.from_url lets a
     # ?socket_timeout= in the URL win over our bound, and an unbounded call
     # against a paused Redis would let the command outlive its lease.
     options = parse_url(url)
     options.update(
         socket_timeout=timeout,
-        socket_connect_timeout=timeout,
+        socket_connect_timeout=connect_timeout or timeout,
         retry=Retry(NoBackoff(), 0),  # retries are the keeper's business, within the lease
         health_check_interval=0,
         # RESP2: no HELLO (nor the maintenance-notification handshake RESP3 brings) before
@@ -287,10 +287,13 @@ def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None, slot
 class RedisBackend:
     name = "redis"
 
-    def __init__(self, url: str, prefix: str, timeout: float, ca: str | None = None) -> None:
+    def __init__(
+        self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None
+    ) -> None:
         self.url = url
         self.prefix = prefix
         self.timeout = timeout
+        self.connect_timeout = connect_timeout or timeout
         self.ca = ca
         self._redacted = redact_url(url)
         self._cluster = parse_cluster_url(url) if url.split("://", 1)[0] in CLUSTER_SCHEMES else None
@@ -304,13 +307,13 @@ class RedisBackend:
     def _make_client(self, timeout: float):
         """A client whose every call is bounded by ``timeout``: plain Redis, or a Redis Cluster."""
         if self._cluster is None:
-            return redis.Redis(connection_pool=_connection_pool(self.url, timeout, self.ca))
+            return redis.Redis(connection_pool=_connection_pool(self.url, timeout, self.ca, self.connect_timeout))
         from redis.cluster import ClusterNode, RedisCluster
 
         options = dict(
             startup_nodes=[ClusterNode(host, port) for host, port in self._cluster.nodes],
             username=self._cluster.username, password=self._cluster.password,
-            socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+            socket_timeout=timeout, socket_connect_timeout=self.connect_timeout, retry=Retry(NoBackoff(), 0),
             protocol=2, ssl=self._cluster.tls, **_no_client_setinfo(),
         )
         if self._cluster.tls and self.ca:
