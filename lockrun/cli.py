@@ -97,7 +97,8 @@ def global_options(fn):
         click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
                      help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),
         click.option("--redis-url", type=REDIS_URL, envvar="LOCKRUN_REDIS_URL", show_envvar=True, **_GLOBAL,
-                     help="redis://, rediss://, unix:// or redis+cluster://h1:7000,h2:7001/ URL of the shared lock server."),
+                     help="redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/ or "
+                          "redis+sentinel://h1:26379,h2:26379/mymaster URL of the shared lock server."),
         click.option("--redis-ca", metavar="PATH", envvar="LOCKRUN_REDIS_CA", show_envvar=True, **_GLOBAL,
                      help="CA certificates (PEM) that verify a rediss:// server [default: the system's]."),
         click.option("--prefix", metavar="P", envvar="LOCKRUN_PREFIX", show_envvar=True, **_GLOBAL,

@@ -34,6 +34,7 @@ _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
 
 # --- single values ------------------------------------------------------------------
@@ -158,7 +159,7 @@ def validate_http_url(url: str, what: str) -> str:
 
 def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
     """Check the scheme and shape of a Redis URL; the message never shows a password."""
-    if url.split("://", 1)[0] in CLUSTER_SCHEMES:  # several host:port pairs: not urlsplit's business
+    if url.split("://", 1)[0] in CLUSTER_SCHEMES + SENTINEL_SCHEMES:  # several host:port pairs
         try:
             parse_cluster_url(url)
         except ValueError as exc:
@@ -171,8 +172,8 @@ def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = U
         raise error(f"invalid Redis URL {redact_url(url)!r}: cannot parse it") from None
     if parts.scheme not in REDIS_SCHEMES:
         raise error(
-            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss://, unix:// or"
-            " redis+cluster://"
+            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss://, unix://,"
+            " redis+cluster:// or redis+sentinel://"
         )
     if parts.scheme == "unix" and not parts.path:
         raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
@@ -184,12 +185,27 @@ class ClusterURL(NamedTuple):
     username: str | None
     password: str | None
     tls: bool
+    service: str | None = None  # Sentinel: the monitored master's name
+    db: int = 0
 
 
 def parse_cluster_url(url: str) -> ClusterURL:
-    """``redis+cluster://[user:password@]h1:7000,h2:7001/``: the startup nodes of a Redis Cluster."""
+    """Several nodes in one URL.
+
+    ``redis+cluster://[user:password@]h1:7000,h2:7001/``: startup nodes of a Redis Cluster;
+    ``redis+sentinel://[user:password@]h1:26379,h2:26379/SERVICE[/DB]``: Sentinels and the
+    name of the master they watch (the credentials are the master's).
+    """
     scheme, _, rest = url.partition("://")
-    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    netloc, _, path = rest.split("?", 1)[0].partition("/")
+    service, db = None, 0
+    if scheme in SENTINEL_SCHEMES:
+        service, _, db_text = path.strip("/").partition("/")
+        if not service:
+            raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
+        if db_text and not db_text.isdigit():
+            raise ValueError(f"the database after the master's name is a number, not {db_text!r}")
+        db = int(db_text or 0)
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
     if at:
@@ -202,8 +218,8 @@ def parse_cluster_url(url: str) -> ClusterURL:
             raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {item!r}")
         nodes.append((host.strip("[]"), int(port)))
     if not nodes:
-        raise ValueError("a redis+cluster:// URL needs at least one host:port")
-    return ClusterURL(nodes, username, password, scheme.startswith("rediss"))
+        raise ValueError(f"a {scheme}:// URL needs at least one host:port")
+    return ClusterURL(nodes, username, password, scheme.startswith("rediss"), service, db)
 
 
 def redact_url(url: str) -> str:

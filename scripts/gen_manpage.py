@@ -42,8 +42,8 @@ DESCRIPTION = [
 ]
 
 ENVIRONMENT = [
-    ("LOCKRUN_REDIS_URL", "Redis URL (redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/); without one "
-                          "the local backend is used."),
+    ("LOCKRUN_REDIS_URL", "Redis URL (redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/, "
+                          "redis+sentinel://h1:26379,h2:26379/mymaster/0); without one the local backend is used."),
     ("LOCKRUN_REDIS_CA", "CA certificates that verify a rediss:// server (default: the system's)."),
     ("LOCKRUN_PREFIX", "Namespace of every Redis key (default lockrun:)."),
     ("LOCKRUN_LEDGER", "Path of the SQLite run ledger (default $LOCKRUN_STATE_DIR/ledger.db)."),

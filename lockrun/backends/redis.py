@@ -19,7 +19,7 @@ from redis.retry import Retry
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, SlotsMismatch, UsageError
-from lockrun.settings import CLUSTER_SCHEMES, parse_cluster_url, redact_url
+from lockrun.settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 
 # Take the lock, bump the fence and describe the holder, all or nothing.
 # KEYS: lock, info, fence, preempt, slots[, done]. ARGV: token, ttl_ms, then info field/value pairs.
@@ -296,7 +296,8 @@ class RedisBackend:
         self.connect_timeout = connect_timeout or timeout
         self.ca = ca
         self._redacted = redact_url(url)
-        self._cluster = parse_cluster_url(url) if url.split("://", 1)[0] in CLUSTER_SCHEMES else None
+        scheme = url.split("://", 1)[0]
+        self._cluster = parse_cluster_url(url) if scheme in CLUSTER_SCHEMES + SENTINEL_SCHEMES else None
         try:
             self._password = self._cluster.password if self._cluster else parse_url(url).get("password")
             self._client = self._make_client(timeout)
@@ -308,6 +309,8 @@ class RedisBackend:
         """A client whose every call is bounded by ``timeout``: plain Redis, or a Redis Cluster."""
         if self._cluster is None:
             return redis.Redis(connection_pool=_connection_pool(self.url, timeout, self.ca, self.connect_timeout))
+        if self._cluster.service is not None:
+            return self._sentinel_master(timeout)
         from redis.cluster import ClusterNode, RedisCluster
 
         options = dict(
@@ -323,6 +326,19 @@ class RedisBackend:
             return RedisCluster(**options)
         except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
+
+    def _sentinel_master(self, timeout: float):
+        """The master the Sentinels name; after a failover, the next connection finds the new one."""
+        from redis.sentinel import Sentinel
+
+        bounded = dict(socket_timeout=timeout, socket_connect_timeout=self.connect_timeout,
+                       retry=Retry(NoBackoff(), 0), protocol=2, **_no_client_setinfo())
+        sentinel = Sentinel(self._cluster.nodes, sentinel_kwargs=dict(bounded), **bounded)
+        master = dict(bounded, username=self._cluster.username, password=self._cluster.password,
+                      db=self._cluster.db, ssl=self._cluster.tls)
+        if self._cluster.tls and self.ca:
+            master["ssl_ca_certs"] = self.ca
+        return sentinel.master_for(self._cluster.service, **master)
 
     # -- error mapping -------------------------------------------------------------
 

@@ -1,0 +1,102 @@
+"""Redis Sentinel: a master, a replica and three sentinels started by the test; a failover mid-hold."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import free_port, run_lockrun, spawn_lockrun, wait_until
+
+
+def _client(port: int) -> redis.Redis:
+    return redis.Redis(port=port, socket_timeout=2, protocol=2)
+
+
+def _start(argv: list[str], folder: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def sentinels():
+    folder = Path(tempfile.mkdtemp(prefix="lr-sentinel-"))
+    master, replica = free_port(), free_port()
+    sentinel_ports = [free_port() for _ in range(3)]
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    procs = [
+        _start(["redis-server", "--port", str(master), *common, "--dir", str(folder)], folder),
+        _start(["redis-server", "--port", str(replica), *common, "--dir", str(folder),
+                "--replicaof", "127.0.0.1", str(master)], folder),
+    ]
+    try:
+        for port in sentinel_ports:
+            conf = folder / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\n"
+                f"sentinel monitor mymaster 127.0.0.1 {master} 2\n"
+                "sentinel down-after-milliseconds mymaster 1000\n"
+                "sentinel failover-timeout mymaster 5000\n"
+            )
+            procs.append(_start(["redis-server", str(conf), "--sentinel"], folder))
+        wait_until(lambda: _client(replica).info("replication").get("master_link_status") == "up",
+                   timeout=30, what="the replica to sync")
+        for port in sentinel_ports:
+            wait_until(lambda port=port: _sentinel_knows_replica(port), timeout=30, what="sentinels to see the replica")
+        yield {"master": master, "replica": replica, "sentinels": sentinel_ports}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sentinel_knows_replica(port: int) -> bool:
+    try:
+        return bool(_client(port).execute_command("SENTINEL", "REPLICAS", "mymaster"))
+    except redis.RedisError:
+        return False
+
+
+def _url(s) -> str:
+    return "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in s["sentinels"]) + "/mymaster/0"
+
+
+def test_runs_through_sentinel(local_env, sentinels):
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
+    result = run_lockrun(env, "-n", "sen", "--", "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+    assert _client(sentinels["master"]).get("lockrun:{sen}:fence") == b"1"
+    assert run_lockrun(env, "status", "--json").returncode == 0
+
+
+def test_a_failover_mid_hold_ends_cleanly(local_env, sentinels, tmp_path):
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
+    flag = tmp_path / "started"
+    holder = spawn_lockrun(env, "-n", "fo", "--ttl", "3", "--", "sh", "-c", f"touch {flag}; sleep 8",
+                           stderr=subprocess.PIPE)
+    wait_until(flag.exists, what="the holder")
+    _client(sentinels["sentinels"][0]).execute_command("SENTINEL", "FAILOVER", "mymaster")
+    wait_until(lambda: _client(sentinels["replica"]).info("replication")["role"] == "master", timeout=30,
+               what="the replica to be promoted")
+    _, err = holder.communicate(timeout=60)
+    # Either the new master had the key (the hold goes on) or it did not (a clean lost lease).
+    assert holder.returncode in (0, 76), err
+    assert "Traceback" not in err and err.count("\n") <= 1
+    after = run_lockrun(env, "-n", "fo", "--", "echo", "after")
+    assert (after.returncode, after.stdout) == (0, "after\n")
+    assert _client(sentinels["replica"]).get("lockrun:{fo}:fence") is not None  # served by the new master
+
+
+def test_unknown_master_and_bad_urls(local_env, sentinels):
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels).replace("mymaster", "nosuchmaster")}
+    started = time.monotonic()
+    result = run_lockrun(env, "-n", "x", "--", "true")
+    assert result.returncode == 69 and result.stderr.count("\n") == 1 and time.monotonic() - started < 15
+    for url in ("redis+sentinel://127.0.0.1:1/", "redis+sentinel://127.0.0.1:1/m/x"):
+        result = run_lockrun({**local_env, "LOCKRUN_REDIS_URL": url}, "-n", "x", "--", "true")
+        assert result.returncode == 2 and "sentinel" in result.stderr
