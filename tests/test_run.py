@@ -195,8 +195,7 @@ def test_forwarded_signal_death_is_128_plus_n(env, tmp_path, sig):
     flag = tmp_path / "ready"
     proc = spawn_lockrun(env, "-n", "sig", "--", "sh", "-c", f"touch {flag}; exec sleep 60")
     wait_until(flag.exists, what="the command")
-    time.sleep(0.05)  # let sh exec sleep; either way the group gets the signal
-    proc.send_signal(sig)
+    proc.send_signal(sig)  # whether sh has exec'd sleep yet or not, the group gets it and dies of it
     assert proc.wait(30) == 128 + sig
     row = history(env, "sig")[0]
     assert (row["status"], row["signal"], row["exit_code"]) == ("killed", sig, None)
