@@ -305,16 +305,8 @@ class LocalBackend:
 
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
         self._ready()
-        path = self._lock_path(name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        if not self._locked_by_other(self._lock_path(name)):
             return False
-        try:
-            if _lock_holder_pid(fd) is None:
-                return False
-        finally:
-            os.close(fd)
         try:
             _write_atomically(self._preempt_path(name), requester.encode())
         except OSError as exc:
@@ -337,16 +329,12 @@ class LocalBackend:
             except OSError as exc:
                 raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
             return True
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        if not self._locked_by_other(path):
             return False
         try:
-            if _lock_holder_pid(fd) is None:
-                return False
             os.unlink(path)
-        finally:
-            os.close(fd)
+        except FileNotFoundError:
+            return False
         return True
 
     def wait_for_release(self, name: str, timeout: float) -> None:
