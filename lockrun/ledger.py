@@ -249,6 +249,10 @@ class Ledger:
             ),
         )
 
+    def record_fencing_token(self, run_id: str, fencing_token: int) -> None:
+        """Noted as soon as the lease is ours, so that an abandoned run's row has it too."""
+        self._write("UPDATE runs SET fencing_token = ? WHERE run_id = ?", (fencing_token, run_id))
+
     def finish(
         self,
         run_id: str,

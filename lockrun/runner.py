@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from typing import Callable, NamedTuple
@@ -115,6 +116,7 @@ class Run:
         self.ended_wall: str | None = None
         self.duration_s: float | None = None
         self.start_ping = None  # notify.StartPing, when --ping is given and the command started
+        self._token_noted: threading.Thread | None = None
 
     # -- ledger (best effort: a broken ledger never stops the command) ------------------
 
@@ -146,7 +148,25 @@ class Run:
         )
         self._ledger_call("write to", lambda ledger: ledger.start(record))
 
+    def _note_fencing_token(self, fencing_token: int) -> None:
+        """Put the fencing token on the running row, from a thread: a busy ledger must never hold
+        up the loop that enforces the lease, and a SIGKILLed holder's row should still name it."""
+        ledger = self.ledger
+        if ledger is None:
+            return
+
+        def write() -> None:
+            try:
+                ledger.record_fencing_token(self.run_id, fencing_token)
+            except LedgerError as exc:
+                self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
+
+        self._token_noted = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
+        self._token_noted.start()
+
     def _finish_ledger(self, outcome: Outcome) -> None:
+        if self._token_noted is not None:
+            self._token_noted.join()  # one connection, one writer at a time
         self._ledger_call(
             "write to",
             lambda ledger: ledger.finish(
@@ -364,6 +384,7 @@ class Run:
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
+        self._note_fencing_token(lease.fencing_token)
         if opts.ping_url:
             from lockrun.notify import StartPing
 

@@ -98,7 +98,8 @@ class RedisServer:
             if self.proc.poll() is not None:
                 raise AssertionError(f"redis-server exited with {self.proc.returncode}")
             try:
-                return self.client().ping()
+                with self.client() as client:
+                    return client.ping()
             except redis.RedisError:
                 return False
 

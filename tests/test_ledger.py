@@ -55,10 +55,13 @@ def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, tmp_path):
     flag = tmp_path / "started"
     proc = spawn_lockrun(env, "-n", "crash", "--", "sh", "-c", f"touch {flag}; sleep 30")
     wait_until(flag.exists, what="the command")
+    # The fencing token is on the row while the command runs, so a crash cannot lose it.
+    wait_until(lambda: history(env, "crash")[0]["fencing_token"] == 1, what="the fencing token in the ledger")
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     (row,) = history(env, "crash")
     assert row["status"] == "abandoned"
+    assert row["fencing_token"] == 1
     assert history(env, "--status", "abandoned")[0]["run_id"] == row["run_id"]
     assert history(env, "--status", "running") == []
 

@@ -1,0 +1,52 @@
+"""Run the fault soak by hand: ``python -m tests.soak --seed 7 --duration 600``.
+
+Exits 0 when every invariant held, 1 otherwise; prints the seed either way so a
+failing schedule can be replayed. Keep the working directory with ``--keep`` to
+read the command logs, the ledger and the MONITOR-based evidence afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.soak.harness import INVARIANTS, run_soak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n\n")[0],
+                                     epilog="Invariants checked:\n" + INVARIANTS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: a random one)")
+    parser.add_argument("--runs", type=int, default=1, help="soaks to run, with seeds seed, seed+1, ...")
+    parser.add_argument("--duration", type=float, default=300.0, help="seconds of faults per soak (default 300)")
+    parser.add_argument("--contenders", type=int, default=6, help="lockrun loops running at once (default 6)")
+    parser.add_argument("--names", type=int, default=3, help="lock names they contend for (default 3)")
+    parser.add_argument("--keep", action="store_true", help="keep the working directory")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
+    failed = 0
+    for offset in range(args.runs):
+        workdir = Path(tempfile.mkdtemp(prefix="lockrun-soak-"))
+        soak, problems = run_soak(seed + offset, args.duration, workdir, contenders=args.contenders,
+                                  names=args.names)
+        print(soak.summary(), flush=True)
+        if problems:
+            failed += 1
+            print(f"FAILED seed {seed + offset} (replay: python -m tests.soak --seed {seed + offset} "
+                  f"--duration {args.duration:g}); evidence kept in {workdir}", flush=True)
+            print("\n".join(problems[:50]))
+            print("faults:\n" + soak.fault_log())
+        elif not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"evidence kept in {workdir}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,557 @@
+"""The fault soak: many lockrun processes, a few names, a seeded storm of faults, then a verdict.
+
+Layout of one soak:
+
+* one real ``redis-server`` (unix socket for the harness, TCP port behind a
+  :class:`~tests.soak.proxy.FaultyProxy` for every lockrun process);
+* a MONITOR connection per server lifetime: the server's own account of every
+  lease (:mod:`tests.soak.oracle`);
+* ``contenders`` threads, each running ``lockrun -n NAME --ttl T [--wait W] -- soak
+  command`` in a loop; the command logs its start (fencing token, run id), a
+  tick every 20 ms and its end;
+* one fault injector, driven by ``random.Random(seed)``: first every kind of fault
+  once, in a seeded order, then a seeded mix.
+
+Then :meth:`Soak.verdict` checks the promises (see ``INVARIANTS``). The schedule is
+replayable from the seed (the choices, not the exact timing, which no soak can
+promise): ``python -m tests.soak --seed N``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import redis
+
+from tests.conftest import RedisServer, lockrun_argv, pid_alive
+from tests.soak.oracle import MonitorRecorder, ServerLease, reconstruct
+from tests.soak.proxy import FaultyProxy
+
+INVARIANTS = """\
+1. the server never grants a name while another lease of it is valid, and only the owner extends or releases it;
+2. every command ran inside a lease the server granted to its run, and stopped before that lease's deadline
+   (its last server-side reset + TTL); a holder SIGSTOPped past its deadline stops promptly once continued,
+   a SIGKILLed holder's command dies promptly with it;
+3. two commands of one name overlap only when the earlier lease was ended by a fault (stolen key, server
+   death) or its lockrun was paused: never while both leases could have been valid;
+4. fencing tokens strictly increase (by one per grant) within each server lifetime, and each command saw its own;
+5. every lockrun process has exactly one ledger row, in a final status that matches its exit code
+   (abandoned for the SIGKILLed ones), and no lockrun printed a traceback or hung;
+6. no command process outlives the soak.
+"""
+
+PY = sys.executable
+
+# The command under lockrun: logs start (with what lockrun gave it), ticks, end.
+COMMAND = r"""
+import os, sys, time
+logdir, work = sys.argv[1], float(sys.argv[2])
+run_id = os.environ["LOCKRUN_RUN_ID"]
+with open(os.path.join(logdir, "holders", str(os.getppid())), "w") as marker:
+    marker.write(run_id)
+with open(os.path.join(logdir, run_id + ".log"), "a", buffering=1) as log:
+    log.write(f"start {time.time()!r} {os.getpid()} {os.getppid()} {os.environ['LOCKRUN_FENCING_TOKEN']} "
+              f"{os.environ['LOCKRUN_NAME']} {run_id}\n")
+    end = time.monotonic() + work
+    while time.monotonic() < end:
+        log.write(f"tick {time.time()!r}\n")
+        time.sleep(0.02)
+    log.write(f"end {time.time()!r}\n")
+"""
+
+FAULTS = {  # kind: weight in the random part of the schedule
+    "redis-kill": 1.0,        # SIGKILL, down for a while, back empty
+    "redis-restart": 1.0,     # SIGTERM, back empty at once
+    "redis-pause": 1.5,       # SIGSTOP ... SIGCONT
+    "client-kill": 1.5,       # CLIENT KILL every lockrun connection
+    "steal": 2.0,             # the lock key deleted, or overwritten by a thief with its own TTL
+    "holder-kill": 2.0,       # SIGKILL a lockrun whose command is running
+    "holder-pause": 2.0,      # SIGSTOP ... SIGCONT a lockrun whose command is running
+    "proxy-drop": 1.5,        # every connection reset
+    "proxy-delay": 1.5,       # every byte late
+    "proxy-blackhole": 1.5,   # every byte lost, then the connections reset
+}
+
+#: How soon a command must be gone once its lockrun is continued past its deadline, or killed.
+PROMPT = 1.5
+#: Exit code -> the ledger status it must come with.
+EXPECTED_STATUS = {0: "succeeded", 69: "unavailable", 75: "busy", 76: "lost", -9: "abandoned"}
+
+
+@dataclass
+class Invocation:
+    name: str
+    ttl: int
+    work: float
+    wait: float | None
+    started: float = 0.0
+    ended: float | None = None
+    pid: int = 0
+    rc: int | None = None
+    stderr: str = ""
+    killed_at: float | None = None
+    pauses: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class CommandLog:
+    run_id: str
+    name: str
+    fencing_token: int
+    pid: int
+    ppid: int
+    started: float
+    last_seen: float
+    finished: bool
+
+
+@dataclass
+class Fault:
+    kind: str
+    started: float
+    ended: float
+    detail: str = ""
+
+
+class Soak:
+    def __init__(self, seed: int, duration: float, workdir: Path, contenders: int = 6, names: int = 3,
+                 ttls: tuple[int, ...] = (1, 2, 3)) -> None:
+        self.seed = seed
+        self.duration = duration
+        self.workdir = Path(workdir)
+        self.contenders = contenders
+        self.names = [f"job{i}" for i in range(names)]
+        self.ttls = ttls
+        self.logdir = self.workdir / "commands"
+        (self.logdir / "holders").mkdir(parents=True, exist_ok=True)
+        self.command = self.workdir / "soak_command.py"
+        self.command.write_text(COMMAND)
+        self.invocations: list[Invocation] = []
+        self.faults: list[Fault] = []
+        self.epochs: list[tuple[int, MonitorRecorder, float | None]] = []
+        self.hung: list[Invocation] = []
+        self._live: dict[int, Invocation] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.redis: RedisServer | None = None
+        self.proxy: FaultyProxy | None = None
+
+    # -- running ----------------------------------------------------------------------
+
+    def env(self) -> dict:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
+        config = self.workdir / "config.toml"
+        config.write_text("")
+        base.update(
+            HOME=str(self.workdir / "home"),
+            LOCKRUN_STATE_DIR=str(self.workdir / "state"),
+            LOCKRUN_CONFIG=str(config),
+            LOCKRUN_REDIS_URL=f"redis://127.0.0.1:{self.proxy.port}/0",
+        )
+        return base
+
+    def run(self) -> Soak:
+        self.redis = RedisServer().start()
+        try:
+            self.proxy = FaultyProxy(self.redis.port).start()
+            self._attach_monitor()
+            env = self.env()
+            threads = [threading.Thread(target=self._contend, args=(k, env), daemon=True)
+                       for k in range(self.contenders)]
+            injector = threading.Thread(target=self._inject, daemon=True)
+            for thread in [*threads, injector]:
+                thread.start()
+            self._stop.wait(self.duration)
+            self._stop.set()
+            injector.join(60)
+            # Every lockrun must end on its own: the longest wait + work + TTL, and then some.
+            deadline = time.monotonic() + 60
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            with self._lock:
+                self.hung = list(self._live.values())
+            for inv in self.hung:
+                _signal(inv.pid, signal.SIGKILL)
+            for thread in threads:
+                thread.join(10)
+            self.history = self._history(env)
+        finally:
+            if self.proxy:
+                self.proxy.close()
+            self.redis.cleanup()  # ends the last MONITOR stream: every line of it is read
+            for _, recorder, _ in self.epochs:
+                recorder.stop()
+        return self
+
+    def _attach_monitor(self) -> None:
+        self.epochs.append((len(self.epochs), MonitorRecorder(self.redis.socket, len(self.epochs)), None))
+
+    def _contend(self, k: int, env: dict) -> None:
+        rng = random.Random(f"{self.seed}/contender/{k}")
+        while not self._stop.is_set():
+            ttl = rng.choice(self.ttls)
+            wait = rng.uniform(0.5, 6.0) if rng.random() < 0.5 else None
+            inv = Invocation(rng.choice(self.names), ttl, rng.uniform(0.05, 2.5 * ttl), wait)
+            argv = ["-n", inv.name, "--ttl", str(ttl)]
+            if wait is not None:
+                argv += ["--wait", f"{wait:.1f}"]
+            argv += ["--", PY, str(self.command), str(self.logdir), f"{inv.work:.3f}"]
+            inv.started = time.time()
+            proc = subprocess.Popen(lockrun_argv(*argv), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            inv.pid = proc.pid
+            with self._lock:
+                self.invocations.append(inv)
+                self._live[proc.pid] = inv
+            _, inv.stderr = proc.communicate()
+            inv.rc, inv.ended = proc.returncode, time.time()
+            with self._lock:
+                self._live.pop(proc.pid, None)
+            self._stop.wait(rng.uniform(0.0, 0.3))
+
+    # -- faults -----------------------------------------------------------------------
+
+    def _inject(self) -> None:
+        rng = random.Random(f"{self.seed}/faults")
+        first = list(FAULTS)
+        rng.shuffle(first)
+        kinds, weights = list(FAULTS), list(FAULTS.values())
+        while not self._stop.wait(rng.uniform(0.3, 1.2)):
+            kind = first.pop(0) if first else rng.choices(kinds, weights)[0]
+            started = time.time()
+            detail = getattr(self, "_fault_" + kind.replace("-", "_"))(rng)
+            self.faults.append(Fault(kind, started, time.time(), detail or ""))
+
+    def _client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=self.redis.socket, socket_timeout=5)
+
+    def _server_down(self, sig: int) -> str:
+        self.proxy.gate(False)  # nobody reaches the next server before its MONITOR is attached
+        self.redis.proc.send_signal(signal.SIGCONT)
+        self.redis.proc.send_signal(sig)
+        self.redis.proc.wait()
+        died = time.time()
+        epoch, recorder, _ = self.epochs[-1]
+        recorder.stop()
+        self.epochs[-1] = (epoch, recorder, died)
+        return f"epoch {epoch} ended"
+
+    def _server_up(self) -> None:
+        self.redis.start()
+        self._attach_monitor()
+        self.proxy.gate(True)
+
+    def _fault_redis_kill(self, rng) -> str:
+        down = rng.uniform(0.2, 2.0)
+        detail = self._server_down(signal.SIGKILL)
+        time.sleep(down)
+        self._server_up()
+        return f"{detail}; down {down:.2f}s"
+
+    def _fault_redis_restart(self, rng) -> str:
+        detail = self._server_down(signal.SIGTERM)
+        self._server_up()
+        return detail
+
+    def _fault_redis_pause(self, rng) -> str:
+        length = rng.uniform(0.2, 3.0)
+        self.redis.pause()
+        time.sleep(length)
+        self.redis.resume()
+        return f"{length:.2f}s"
+
+    def _fault_client_kill(self, rng) -> str:
+        client = self._client()
+        try:
+            # lockrun comes in over TCP (through the proxy); the harness and MONITOR over the socket
+            victims = [c["id"] for c in client.client_list() if c["addr"].startswith("127.0.0.1:")]
+            for victim in victims:
+                client.client_kill_filter(_id=victim)
+        except redis.RedisError as exc:
+            return f"failed: {exc}"
+        finally:
+            client.close()
+        return f"{len(victims)} connections"
+
+    def _fault_steal(self, rng) -> str:
+        name = rng.choice(self.names)
+        key = f"lockrun:{{{name}}}:lock"
+        thief_ms = rng.randint(200, 2500)
+        overwrite = rng.random() < 0.5
+        client = self._client()
+        try:
+            if overwrite:
+                client.set(key, f"thief-{rng.getrandbits(32):08x}", px=thief_ms)
+                return f"{name} overwritten for {thief_ms} ms"
+            return f"{name} deleted ({client.delete(key)} key)"
+        except redis.RedisError as exc:
+            return f"failed: {exc}"
+        finally:
+            client.close()
+
+    def _holders(self) -> list[Invocation]:
+        """lockrun processes whose command is running; waits a little for one to appear."""
+        deadline = time.monotonic() + 5
+        while not (holders := self._current_holders()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return holders
+
+    def _current_holders(self) -> list[Invocation]:
+        with self._lock:
+            live = list(self._live.values())
+        holders = []
+        for inv in live:
+            marker = self.logdir / "holders" / str(inv.pid)
+            try:
+                if marker.stat().st_mtime >= inv.started - 0.01 and inv.killed_at is None:
+                    holders.append(inv)
+            except FileNotFoundError:
+                pass
+        return holders
+
+    def _fault_holder_kill(self, rng) -> str:
+        holders = self._holders()
+        if not holders:
+            return "no holder"
+        victim = rng.choice(holders)
+        victim.killed_at = time.time()
+        _signal(victim.pid, signal.SIGKILL)
+        return f"pid {victim.pid} ({victim.name})"
+
+    def _fault_holder_pause(self, rng) -> str:
+        length = rng.uniform(0.2, 4.0)
+        holders = self._holders()
+        if not holders:
+            return "no holder"
+        victim = rng.choice(holders)
+        stopped = time.time()
+        _signal(victim.pid, signal.SIGSTOP)
+        time.sleep(length)
+        _signal(victim.pid, signal.SIGCONT)
+        victim.pauses.append((stopped, time.time()))
+        return f"pid {victim.pid} ({victim.name}) for {length:.2f}s"
+
+    def _fault_proxy_drop(self, rng) -> str:
+        self.proxy.drop()
+        return ""
+
+    def _fault_proxy_delay(self, rng) -> str:
+        delay, length = rng.uniform(0.05, 1.0), rng.uniform(0.5, 3.0)
+        self.proxy.delay(delay)
+        time.sleep(length)
+        self.proxy.delay(0.0)
+        return f"{delay * 1000:.0f} ms for {length:.2f}s"
+
+    def _fault_proxy_blackhole(self, rng) -> str:
+        length = rng.uniform(0.2, 3.0)
+        self.proxy.blackhole(True)
+        time.sleep(length)
+        self.proxy.blackhole(False)
+        return f"{length:.2f}s"
+
+    # -- evidence ---------------------------------------------------------------------
+
+    def _history(self, env: dict) -> list[dict]:
+        result = subprocess.run(lockrun_argv("history", "--json", "--limit", "1000000"), env=env,
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise AssertionError(f"lockrun history failed: {result.stderr.strip()}")
+        return json.loads(result.stdout)
+
+    def command_logs(self) -> list[CommandLog]:
+        logs = []
+        for path in sorted(self.logdir.glob("*.log")):
+            lines = path.read_text().splitlines()
+            if not lines or not lines[0].startswith("start "):
+                continue
+            _, at, pid, ppid, fence, name, run_id = lines[0].split()
+            times = [float(line.split()[1]) for line in lines if len(line.split()) == 2]
+            logs.append(CommandLog(run_id, name, int(fence), int(pid), int(ppid), float(at),
+                                   max([float(at), *times]), lines[-1].startswith("end ")))
+        return logs
+
+    # -- verdict ----------------------------------------------------------------------
+
+    def verdict(self) -> list[str]:
+        """Every broken promise (``INVARIANTS``), one line each; empty when the soak passed."""
+        server = reconstruct([(epoch, rec.lines, died) for epoch, rec, died in self.epochs])
+        leases = server.by_run_id()
+        commands = self.command_logs()
+        return [
+            *server.violations,  # 1
+            *self._check_commands(leases, commands),  # 2
+            *self._check_overlaps(leases, commands),  # 3
+            *self._check_fencing(server.leases),  # 4
+            *self._check_lockruns(commands),  # 5
+            *self._check_orphans(),  # 6
+        ]
+
+    def _invocation_of(self, pid: int, at: float) -> Invocation | None:
+        """The lockrun process that had ``pid`` at time ``at`` (pids are reused in a long soak)."""
+        for inv in self.invocations:
+            if inv.pid == pid and inv.started - 0.01 <= at <= (inv.ended or float("inf")) + 0.01:
+                return inv
+        return None
+
+    def _check_commands(self, leases: dict[str, ServerLease], commands: list[CommandLog]) -> list[str]:
+        problems = []
+        for cmd in commands:
+            lease = leases.get(cmd.run_id)
+            if lease is None:
+                problems.append(f"run {cmd.run_id} ({cmd.name}) ran a command, but the server never granted it a lease")
+                continue
+            if cmd.started < lease.acquired_at:
+                problems.append(f"run {cmd.run_id} started its command before the server granted the lease")
+            if cmd.fencing_token != lease.fencing_token:
+                problems.append(f"run {cmd.run_id} saw fencing token {cmd.fencing_token}, "
+                                f"the server gave {lease.fencing_token}")
+            inv = self._invocation_of(cmd.ppid, cmd.started)
+            allowed, why = lease.deadline, "its lease's deadline"
+            for stopped, continued in inv.pauses if inv else ():
+                if stopped < allowed:  # its lockrun paused while the lease was good: the known limit
+                    allowed, why = max(allowed, continued + PROMPT), "its lockrun was continued"
+            if cmd.last_seen > allowed:
+                problems.append(
+                    f"run {cmd.run_id} ({cmd.name}) was still running {cmd.last_seen - allowed:.3f}s after {why}"
+                    f" (lease end: {lease.end}, {lease.resets} resets, ttl {lease.ttl:g}s)"
+                )
+            if inv is not None and inv.killed_at is not None and cmd.last_seen > inv.killed_at + PROMPT:
+                problems.append(f"run {cmd.run_id} ({cmd.name}) was still running "
+                                f"{cmd.last_seen - inv.killed_at:.3f}s after its lockrun was SIGKILLed")
+        return problems
+
+    def _check_overlaps(self, leases: dict[str, ServerLease], commands: list[CommandLog]) -> list[str]:
+        problems = []
+        for name in self.names:
+            runs = sorted((cmd for cmd in commands if cmd.name == name), key=lambda cmd: cmd.started)
+            for i, first in enumerate(runs):
+                for second in runs[i + 1:]:
+                    if second.started >= first.last_seen:
+                        continue
+                    lease = leases.get(first.run_id)
+                    inv = self._invocation_of(first.ppid, first.started)
+                    excused = lease is not None and lease.end in ("stolen", "died")
+                    excused |= inv is not None and any(stopped <= second.started for stopped, _ in inv.pauses)
+                    if not excused:
+                        problems.append(
+                            f"{name}: runs {first.run_id} and {second.run_id} overlapped for "
+                            f"{first.last_seen - second.started:.3f}s (first lease ended: "
+                            f"{lease.end if lease else 'unknown'})"
+                        )
+        return problems
+
+    @staticmethod
+    def _check_fencing(leases: list[ServerLease]) -> list[str]:
+        problems = []
+        grants: dict[tuple[int, str], list[ServerLease]] = {}
+        for lease in leases:
+            grants.setdefault((lease.epoch, lease.name), []).append(lease)
+        for (epoch, name), granted in grants.items():
+            tokens = [lease.fencing_token for lease in sorted(granted, key=lambda lease: lease.acquired_at)]
+            if tokens != list(range(1, len(tokens) + 1)):
+                problems.append(f"Redis lifetime {epoch}, {name}: fencing tokens in grant order {tokens[:20]}...")
+        return problems
+
+    def _check_lockruns(self, commands: list[CommandLog]) -> list[str]:
+        problems = [f"lockrun pid {inv.pid} ({inv.name}) did not finish within 60 s of the soak's end"
+                    for inv in self.hung]
+        rows_by_pid: dict[int, list[dict]] = {}
+        for row in self.history:
+            rows_by_pid.setdefault(row["pid"], []).append(row)
+        commands_by_run = {cmd.run_id: cmd for cmd in commands}
+        for inv in self.invocations:
+            if inv in self.hung:
+                continue
+            if "Traceback" in inv.stderr:
+                problems.append(f"lockrun pid {inv.pid} printed a traceback:\n{inv.stderr}")
+            if inv.rc == -9 and inv.killed_at is None:
+                problems.append(f"lockrun pid {inv.pid} died of SIGKILL nobody sent")
+            expected = EXPECTED_STATUS.get(inv.rc)
+            if expected is None:
+                problems.append(f"lockrun pid {inv.pid} exited {inv.rc}: {inv.stderr.strip()}")
+                continue
+            rows = [row for row in rows_by_pid.get(inv.pid, [])
+                    if inv.started - 1 <= _epoch_seconds(row["started_at"]) <= inv.ended + 1]
+            if len(rows) != 1:
+                problems.append(f"lockrun pid {inv.pid} (exit {inv.rc}) has {len(rows)} ledger rows")
+                continue
+            row = rows[0]
+            final_before_kill = inv.rc == -9 and row["ended_at"] and _epoch_seconds(row["ended_at"]) <= inv.killed_at
+            if row["status"] != expected and not final_before_kill:
+                problems.append(f"lockrun pid {inv.pid} exited {inv.rc} but its ledger row says {row['status']!r}"
+                                f" ({row.get('error') or ''})")
+            cmd = commands_by_run.get(row["run_id"])
+            if inv.rc == 0 and (cmd is None or not cmd.finished):
+                problems.append(f"run {row['run_id']} exited 0 without its command finishing")
+            if cmd is not None and row["fencing_token"] != cmd.fencing_token:
+                problems.append(f"run {row['run_id']}: ledger fencing token {row['fencing_token']}, "
+                                f"command saw {cmd.fencing_token}")
+        return problems
+
+    def _check_orphans(self) -> list[str]:
+        # Every lockrun has exited by now, and it waits for its command's group (or, killed, its
+        # watchdog kills the group at once): anything left naming the soak's directory is an orphan.
+        deadline = time.monotonic() + 5
+        while (orphans := _processes_mentioning(str(self.logdir))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return [f"orphan command process {pid} outlived its lockrun and the soak" for pid in orphans]
+
+    def summary(self) -> str:
+        codes: dict = {}
+        for inv in self.invocations:
+            codes[inv.rc] = codes.get(inv.rc, 0) + 1
+        kinds: dict = {}
+        for fault in self.faults:
+            kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
+        commands = self.command_logs()
+        return (
+            f"seed {self.seed}, {self.duration:g}s, {self.contenders} contenders on {len(self.names)} names: "
+            f"{len(self.invocations)} lockrun runs, {len(commands)} commands ran, exit codes "
+            f"{dict(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}; "
+            f"{len(self.faults)} faults {dict(sorted(kinds.items()))}; {len(self.epochs)} Redis lifetimes"
+        )
+
+    def fault_log(self) -> str:
+        return "\n".join(f"  {f.started:.3f} +{f.ended - f.started:.2f}s {f.kind} {f.detail}" for f in self.faults)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _epoch_seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() in f.read() and pid_alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def run_soak(seed: int, duration: float, workdir: Path | None = None, **options) -> tuple[Soak, list[str]]:
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="lockrun-soak-"))
+    soak = Soak(seed, duration, workdir, **options).run()
+    return soak, soak.verdict()

@@ -1,0 +1,235 @@
+"""What the Redis server itself did with each lease, reconstructed from MONITOR.
+
+The soak must not take lockrun's word for when a lease began, was extended or
+ended. Redis' MONITOR stream shows every command a client sent, followed by the
+commands each Lua script ran (``[0 lua]``), with the server's own timestamps.
+From it we rebuild, for every lock name and every server lifetime ("epoch"):
+who was granted the lease (owner token, run id, fencing token), each moment the
+server reset its expiry, and how it ended (released, stolen by the fault
+injector, the server died, or simply expired).
+
+Redis applies a ``PX``/``PEXPIRE`` of ``ms`` at time ``t`` as "expired once the
+clock passes ``t + ms``", so a lease's deadline is its last reset plus its TTL.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+
+_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_LINE = re.compile(r"^\+?(\d+\.\d+) \[(\d+) ([^\]]*)\] (.*)$")
+
+#: Two leases of one name may touch but not overlap by more than the clock's grain.
+EPSILON = 0.002
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "x"
+                  and len(m.group(1)) == 3 else {"n": "\n", "r": "\r", "t": "\t"}.get(m.group(1), m.group(1)), text)
+
+
+def parse_line(line: str) -> tuple[float, str, list[str]] | None:
+    """``(server time, client, args)`` of one MONITOR line; client is ``lua`` for script calls."""
+    match = _LINE.match(line)
+    if not match:
+        return None
+    return float(match.group(1)), match.group(3), [_unescape(a) for a in _ARG.findall(match.group(4))]
+
+
+class MonitorRecorder:
+    """Reads one server lifetime's MONITOR stream (over the unix socket) into memory."""
+
+    def __init__(self, socket_path: str, epoch: int, password: str | None = None) -> None:
+        self.epoch = epoch
+        self.lines: list[str] = []
+        self._sock = socket.socket(socket.AF_UNIX)
+        self._sock.settimeout(10)
+        self._sock.connect(socket_path)
+        if password:
+            self._sock.sendall(f"AUTH {password}\r\n".encode())
+        self._sock.sendall(b"MONITOR\r\n")
+        self._buffer = b""
+        first = self._readline()
+        if password:
+            first = self._readline()
+        if first != "+OK":
+            raise RuntimeError(f"MONITOR refused: {first!r}")
+        self._sock.settimeout(None)
+        self._thread = threading.Thread(target=self._read, name=f"soak-monitor-{epoch}", daemon=True)
+        self._thread.start()
+
+    def _readline(self) -> str | None:
+        while b"\r\n" not in self._buffer:
+            chunk = self._sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\r\n", 1)
+        return line.decode("utf-8", "replace")
+
+    def _read(self) -> None:
+        try:
+            while (line := self._readline()) is not None:
+                self.lines.append(line)
+        except OSError:
+            pass
+
+    def stop(self, timeout: float = 10) -> None:
+        """Wait for the stream to end (the server died) or cut it (the soak is over)."""
+        self._thread.join(timeout)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class ServerLease:
+    name: str
+    epoch: int
+    token: str
+    acquired_at: float
+    ttl: float  # seconds, as last set
+    last_reset: float
+    run_id: str | None = None
+    fencing_token: int | None = None
+    resets: int = 0
+    ended_at: float | None = None
+    end: str | None = None  # released | stolen | died | expired | replaced
+
+    @property
+    def deadline(self) -> float:
+        """When the server would have expired it, had nothing else ended it."""
+        return self.last_reset + self.ttl
+
+    @property
+    def valid_until(self) -> float:
+        return min(self.deadline, self.ended_at) if self.ended_at is not None else self.deadline
+
+
+@dataclass
+class Reconstruction:
+    leases: list[ServerLease] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def by_run_id(self) -> dict[str, ServerLease]:
+        return {lease.run_id: lease for lease in self.leases if lease.run_id}
+
+
+def lock_name(key: str, prefix: str) -> str | None:
+    """``NAME`` of ``{prefix}{NAME}:lock``, else None."""
+    if key.startswith(prefix + "{") and key.endswith("}:lock"):
+        return key[len(prefix) + 1:-len("}:lock")]
+    return None
+
+
+def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str = "lockrun:") -> Reconstruction:
+    """Leases from MONITOR lines: ``epochs`` is ``[(epoch, lines, server death time or None)]``.
+
+    Also checks the server-side invariant the Lua scripts exist for: a lease is
+    granted only when the previous one of that name has ended (released, stolen,
+    died) or passed its deadline, and only the owner's token extends or releases it.
+    """
+    out = Reconstruction()
+    for epoch, lines, died_at in epochs:
+        current: dict[str, ServerLease] = {}
+        context: list[str] = []  # the client command the following lua lines belong to
+        pending: ServerLease | None = None  # a SET NX seen; granted once the fence INCR follows
+
+        def end(lease: ServerLease, how: str, at: float) -> None:
+            if lease.ended_at is None:
+                if at >= lease.deadline:
+                    lease.end, lease.ended_at = "expired", lease.deadline
+                else:
+                    lease.end, lease.ended_at = how, at
+
+        def script_token(args: list[str]) -> str | None:
+            # EVALSHA sha numkeys key... token ...: ARGV[1] is the owner token in every script
+            try:
+                return args[3 + int(args[2])]
+            except (IndexError, ValueError):
+                return None
+
+        for raw in lines:
+            parsed = parse_line(raw)
+            if parsed is None:
+                continue
+            at, client, args = parsed
+            if not args:
+                continue
+            verb = args[0].upper()
+            if client != "lua":
+                context = args
+                pending = None
+                # Anything else a client does to a lock key (the injector's steals) ends the lease.
+                if verb not in ("EVALSHA", "EVAL") and len(args) > 1:
+                    name = lock_name(args[1], prefix)
+                    if name and name in current and verb in ("DEL", "SET", "UNLINK", "GETDEL", "PEXPIRE", "EXPIRE"):
+                        end(current.pop(name), "stolen", at)
+                continue
+            key = args[1] if len(args) > 1 else ""
+            name = lock_name(key, prefix)
+            if verb == "SET" and name and "NX" in (a.upper() for a in args[3:]):
+                ttl_ms = int(args[args.index("PX") + 1]) if "PX" in args else 0
+                pending = ServerLease(name, epoch, args[2], at, ttl_ms / 1000.0, at)
+            elif verb == "SET" and name:
+                # A script writing the lock key without NX would override whoever holds it.
+                lease = current.get(name)
+                if lease is None or args[2] != lease.token:
+                    out.violations.append(f"epoch {epoch}: a script overwrote {name!r} at {at:.3f} with token "
+                                          f"{args[2][:8]} (SET without NX)")
+                elif "PX" in args:
+                    lease.last_reset, lease.ttl = at, int(args[args.index("PX") + 1]) / 1000.0
+                    lease.resets += 1
+            elif verb == "INCR" and pending is not None and key.endswith("}:fence"):
+                holder = current.get(pending.name)
+                if holder is not None:
+                    if at < holder.valid_until - EPSILON:
+                        out.violations.append(
+                            f"epoch {epoch}: {pending.name!r} granted to token {pending.token[:8]} at {at:.3f} while"
+                            f" run {holder.run_id} held it until {holder.valid_until:.3f}"
+                        )
+                    end(holder, "replaced", at)
+                current[pending.name] = pending
+                out.leases.append(pending)
+                pending = None
+            elif verb == "HSET" and key.endswith("}:info") and "fencing_token" in args:
+                name_of_info = key[len(prefix) + 1:-len("}:info")]
+                lease = current.get(name_of_info)
+                if lease is not None and lease.fencing_token is None:
+                    fields = dict(zip(args[2::2], args[3::2]))
+                    lease.fencing_token = int(fields["fencing_token"])
+                    lease.run_id = fields.get("run_id")
+            elif verb == "PEXPIRE" and name:
+                token = script_token(context)
+                lease = current.get(name)
+                if lease is None or token != lease.token:
+                    out.violations.append(
+                        f"epoch {epoch}: {name!r} lease extended at {at:.3f} for token {str(token)[:8]}, "
+                        f"which does not hold it"
+                    )
+                    continue
+                if at > lease.deadline:
+                    out.violations.append(f"epoch {epoch}: {name!r} extended at {at:.3f} after it expired")
+                lease.last_reset, lease.ttl = at, int(args[2]) / 1000.0
+                lease.resets += 1
+            elif verb == "DEL" and name:
+                token = script_token(context)
+                lease = current.get(name)
+                if lease is not None and token == lease.token:
+                    end(current.pop(name), "released", at)
+                elif lease is not None:
+                    if at < lease.deadline - EPSILON:
+                        out.violations.append(
+                            f"epoch {epoch}: {name!r} deleted at {at:.3f} by a script call for token "
+                            f"{str(token)[:8]}, while token {lease.token[:8]} held it"
+                        )
+                    end(current.pop(name), "cleared", at)
+        for lease in current.values():
+            end(lease, "died", died_at if died_at is not None else float("inf"))
+    return out
