@@ -24,6 +24,12 @@ def safety_margin(ttl: float) -> float:
     return max(0.05, 0.02 * ttl)
 
 
+def backstop_for(expires_at: float, ttl: float) -> float:
+    """When the backstop (backstop.py) kills lockrun if it has not stopped the command itself:
+    after the latest SIGKILL lockrun would send (expiry - margin), before the lease can expire."""
+    return expires_at - safety_margin(ttl) / 2
+
+
 class Keeper:
     def __init__(
         self,
@@ -34,6 +40,7 @@ class Keeper:
         call_timeout: float,
         wake: Callable[[], None],
         child_pid: Callable[[], int | None],
+        on_renewed: Callable[[float], None] | None = None,
     ) -> None:
         self.backend = backend
         self.lease = lease
@@ -46,6 +53,7 @@ class Keeper:
         self.call_timeout = call_timeout
         self._wake = wake
         self._child_pid = child_pid
+        self._on_renewed = on_renewed  # called with the new expiry after each successful renewal
         self._lock = threading.Lock()
         self._last_ok_sent = lease.sent_at
         self._last_error: str | None = None
@@ -126,4 +134,6 @@ class Keeper:
                 self._last_ok_sent = sent
                 self._last_error = None
                 self.renewals += 1
+            if self._on_renewed is not None:
+                self._on_renewed(sent + self.lease.ttl)
             next_at = sent + self.interval

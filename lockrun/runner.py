@@ -21,7 +21,8 @@ from lockrun import host
 from lockrun.backends import Backend, Duplicate, Holder, Lease, OnceKey, call_timeout_for
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
-from lockrun.keeper import Keeper
+from lockrun.backstop import Backstop
+from lockrun.keeper import Keeper, backstop_for
 from lockrun.ledger import Ledger, RunRecord
 from lockrun.supervisor import ChildExit, Supervisor, check_runnable
 
@@ -379,9 +380,16 @@ class Run:
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
         opts = self.options
         self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+        # Armed before the exec: from its first instant the command cannot outlive the lease,
+        # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
+        backstop = Backstop() if opts.on_lost == "terminate" else None
+        if backstop is not None:
+            backstop.arm(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
         try:
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
+            if backstop is not None:
+                backstop.disarm()
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
         self._note_fencing_token(lease.fencing_token)
@@ -396,19 +404,24 @@ class Run:
             call_timeout=self.call_timeout,
             wake=supervisor.wake,
             child_pid=lambda: child_pid,
+            on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
         )
         keeper.start()
         try:
-            stop_reason, lost_note = self._watch(supervisor, keeper)
+            stop_reason, lost_note = self._watch(supervisor, keeper, backstop)
         finally:
             # Also on an unexpected error: the group is gone before the lock is released.
+            if backstop is not None:
+                backstop.disarm()  # the command is gone or going: what follows may outlast the lease
             child = supervisor.finish()
             keeper.stop()
         if stop_reason == "lost" and keeper.preempted:
             stop_reason = "preempted"
         return self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
 
-    def _watch(self, supervisor: Supervisor, keeper: Keeper) -> tuple[str | None, str | None]:
+    def _watch(
+        self, supervisor: Supervisor, keeper: Keeper, backstop: Backstop | None
+    ) -> tuple[str | None, str | None]:
         """Wait for the child to exit, stopping it on a lost lease or a timeout.
 
         Returns why lockrun stopped the command ("lost", "timeout" or None) and,
@@ -441,6 +454,8 @@ class Run:
                 self.report("error", f"{opts.name!r} ran past --timeout {opts.timeout:g}s; stopping the command")
                 supervisor.terminate(kill_at=now + opts.kill_after)
             supervisor.kill_if_due()
+            if supervisor.killed and backstop is not None:
+                backstop.disarm()  # SIGKILL is sent: the command cannot outlive the lease any more
             wake_at = [supervisor.kill_at]
             if stop_reason is None:
                 wake_at.append(timeout_at)

@@ -172,6 +172,38 @@ def test_on_lost_continue_lets_the_command_finish(env, redis_server, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stopped_lockrun_cannot_let_its_command_outlive_the_lease(any_env, tmp_path):
+    """lockrun SIGSTOPped while its command runs: nothing renews, nothing in lockrun can act,
+    yet its backstop timer kills it at the lease's end, and the command dies with it."""
+    proc, ticks = start_ticker(any_env, tmp_path, ttl="2")
+    proc.send_signal(signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        wait_until(lambda: time.time() - last_tick(ticks) > 1.0, timeout=20, what="the command to be stopped")
+        assert last_tick(ticks) < stopped + 2.0  # the lease was last renewed before the stop
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    code, _ = finish(proc)
+    assert code == -signal.SIGKILL  # killed by its own timer while stopped
+    row = history(any_env, "tick")[0]
+    assert row["status"] == "abandoned" and row["fencing_token"] == 1
+
+
+@pytest.mark.slow
+def test_a_stopped_lockrun_under_on_lost_continue_leaves_its_command_alone(env, tmp_path):
+    proc, ticks = start_ticker(env, tmp_path, "--on-lost", "continue", ttl="1")
+    proc.send_signal(signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        wait_until(lambda: last_tick(ticks) > stopped + 2.0, what="the command to run on past the lease")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    proc.send_signal(signal.SIGTERM)  # forwarded: the ticker dies of it
+    code, _ = finish(proc)
+    assert code == 128 + signal.SIGTERM
+
+
+@pytest.mark.slow
 def test_short_redis_blip_does_not_lose_the_lease(env, redis_server, tmp_path):
     """A pause shorter than the retry budget is ridden out by the keeper's retries."""
     flag = tmp_path / "started"

@@ -1,0 +1,96 @@
+"""The backstop: a kernel timer that SIGKILLs lockrun itself when the lease runs out.
+
+lockrun's main loop stops the command before the lease can expire, but only while
+lockrun runs. A lockrun that is stopped (SIGSTOP, a debugger) or starved cannot act,
+and its command would run on past a lease another host may hold by then. So from
+just before the command starts, a POSIX timer (``timer_create``) is armed with
+SIGKILL for lockrun's own process at the lease's end, half the safety margin before
+it, and pushed forward by every successful renewal. SIGKILL is the one signal a
+stopped process still dies of; when lockrun dies, ``PR_SET_PDEATHSIG`` kills the
+command and the watchdog its whole process group (see supervisor.py). The run is
+then ``abandoned`` in the ledger and lockrun's exit status is 137.
+
+The timer counts on CLOCK_BOOTTIME, so a host that was suspended fires it at once
+on resume instead of giving the command extra time. Re-arming is one system call
+(a few microseconds), so renewals cost no process and no CPU worth measuring.
+
+Once lockrun has stopped the command itself (SIGKILL sent to its group, or the
+command exited), :meth:`Backstop.disarm` retires the timer for good: releasing
+the lock, the ledger and notifications may take longer than the lease had left.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+CLOCK_BOOTTIME = 7
+SIGEV_SIGNAL = 0
+
+
+def _timer_api():
+    """``(ctypes, timer_create, timer_settime)`` from the C library, or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    for name in (None, "librt.so.1"):  # glibc >= 2.34 has timers in libc itself
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            return ctypes, lib.timer_create, lib.timer_settime
+        except (OSError, AttributeError):
+            continue
+    return None  # pragma: no cover - a libc without POSIX timers
+
+
+class Backstop:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._retired = False
+        self._timer = None
+        api = _timer_api()
+        if api is None:
+            return
+        ctypes, timer_create, self._timer_settime = api
+
+        class SigEvent(ctypes.Structure):  # struct sigevent: 64 bytes on every Linux ABI
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("_pad", ctypes.c_int * 12)]
+
+        class TimeSpec(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+        class ITimerSpec(ctypes.Structure):
+            _fields_ = [("interval", TimeSpec), ("value", TimeSpec)]
+
+        self._ctypes, self._TimeSpec, self._ITimerSpec = ctypes, TimeSpec, ITimerSpec
+        event = SigEvent(signo=signal.SIGKILL, notify=SIGEV_SIGNAL)
+        timer = ctypes.c_void_p()
+        if timer_create(CLOCK_BOOTTIME, ctypes.byref(event), ctypes.byref(timer)) == 0:
+            self._timer = timer
+
+    @property
+    def available(self) -> bool:
+        return self._timer is not None
+
+    def _set(self, seconds: float) -> None:
+        whole = int(seconds)
+        spec = self._ITimerSpec(value=self._TimeSpec(whole, int((seconds - whole) * 1e9)))
+        self._timer_settime(self._timer, 0, self._ctypes.byref(spec), None)
+
+    def arm(self, at: float) -> None:
+        """Kill lockrun at monotonic time ``at`` unless armed again or disarmed first."""
+        with self._lock:
+            if self._timer is None or self._retired:
+                return
+            # An all-zero time would disarm the timer: a moment already past fires at once.
+            self._set(max(1e-9, at - time.monotonic()))
+
+    def disarm(self) -> None:
+        """Retire the timer for good: lockrun has stopped the command itself (thread-safe)."""
+        with self._lock:
+            if self._timer is not None and not self._retired:
+                self._set(0.0)
+            self._retired = True
