@@ -71,10 +71,6 @@ class Backstop:
         if timer_create(CLOCK_BOOTTIME, ctypes.byref(event), ctypes.byref(timer)) == 0:
             self._timer = timer
 
-    @property
-    def available(self) -> bool:
-        return self._timer is not None
-
     def _set(self, seconds: float) -> None:
         whole = int(seconds)
         spec = self._ITimerSpec(value=self._TimeSpec(whole, int((seconds - whole) * 1e9)))
