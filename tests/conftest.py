@@ -106,10 +106,11 @@ class RedisServer:
         wait_until(ready, what="redis-server to answer PING")
         return self
 
-    def kill(self) -> None:
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the server with ``sig`` (SIGTERM: a clean shutdown) and wait for it, paused or not."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
+            self.proc.send_signal(sig)
             self.proc.wait()
 
     def pause(self) -> None:
@@ -136,7 +137,7 @@ def redis_server():
     server.cleanup()
 
 
-def _isolated_env(tmp_path) -> dict:
+def isolated_env(tmp_path) -> dict:
     """lockrun settings from this test only: its own state dir, an empty config, no inherited LOCKRUN_*."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
     config = tmp_path / "config.toml"
@@ -152,13 +153,13 @@ def _isolated_env(tmp_path) -> dict:
 @pytest.fixture
 def env(tmp_path, redis_server):
     """An environment for lockrun subprocesses using this test's own Redis."""
-    return {**_isolated_env(tmp_path), "LOCKRUN_REDIS_URL": redis_server.url}
+    return {**isolated_env(tmp_path), "LOCKRUN_REDIS_URL": redis_server.url}
 
 
 @pytest.fixture
 def local_env(tmp_path):
     """An environment for lockrun subprocesses using the local backend (no Redis configured)."""
-    return _isolated_env(tmp_path)
+    return isolated_env(tmp_path)
 
 
 @pytest.fixture(params=["redis", "local"])

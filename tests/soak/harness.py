@@ -34,7 +34,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import RedisServer, lockrun_argv, pid_alive
+from tests.conftest import RedisServer, isolated_env, lockrun_argv, pid_alive
 from tests.soak.oracle import MonitorRecorder, ServerLease, reconstruct
 from tests.soak.proxy import FaultyProxy
 
@@ -141,6 +141,7 @@ class Soak:
         self.faults: list[Fault] = []
         self.epochs: list[tuple[int, MonitorRecorder, float | None]] = []
         self.hung: list[Invocation] = []
+        self.history: list[dict] = []  # the ledger, as `lockrun history --json` shows it
         self.evidence = "not checked yet"
         self.excused_overlaps = 0
         self._live: dict[int, Invocation] = {}
@@ -152,16 +153,8 @@ class Soak:
     # -- running ----------------------------------------------------------------------
 
     def env(self) -> dict:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
-        config = self.workdir / "config.toml"
-        config.write_text("")
-        base.update(
-            HOME=str(self.workdir / "home"),
-            LOCKRUN_STATE_DIR=str(self.workdir / "state"),
-            LOCKRUN_CONFIG=str(config),
-            LOCKRUN_REDIS_URL=f"redis://127.0.0.1:{self.proxy.port}/0",
-        )
-        return base
+        """lockrun's settings: this soak's own state dir and ledger, Redis through the proxy."""
+        return {**isolated_env(self.workdir), "LOCKRUN_REDIS_URL": f"redis://127.0.0.1:{self.proxy.port}/0"}
 
     def run(self) -> Soak:
         self.redis = RedisServer().start()
@@ -238,14 +231,9 @@ class Soak:
             if in_first_round and detail.startswith(("no holder", "failed")):
                 first.append(kind)  # every kind must really happen once: try it again later
 
-    def _client(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=self.redis.socket, socket_timeout=5)
-
     def _server_down(self, sig: int) -> str:
         self.proxy.gate(False)  # nobody reaches the next server before its MONITOR is attached
-        self.redis.proc.send_signal(signal.SIGCONT)
-        self.redis.proc.send_signal(sig)
-        self.redis.proc.wait()
+        self.redis.kill(sig)
         died = time.time()
         epoch, recorder, _ = self.epochs[-1]
         recorder.stop()
@@ -277,7 +265,7 @@ class Soak:
         return f"{length:.2f}s"
 
     def _fault_client_kill(self, rng) -> str:
-        client = self._client()
+        client = self.redis.client()
         try:
             # lockrun comes in over TCP (through the proxy); the harness and MONITOR over the socket
             victims = [c["id"] for c in client.client_list() if c["addr"].startswith("127.0.0.1:")]
@@ -294,7 +282,7 @@ class Soak:
         key = f"lockrun:{{{name}}}:lock"
         thief_ms = rng.randint(200, 2500)
         overwrite = rng.random() < 0.5
-        client = self._client()
+        client = self.redis.client()
         try:
             if overwrite:
                 client.set(key, f"thief-{rng.getrandbits(32):08x}", px=thief_ms)

@@ -26,11 +26,21 @@ _LINE = re.compile(r"^\+?(\d+\.\d+) \[(\d+) ([^\]]*)\] (.*)$")
 EPSILON = 0.002
 
 
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
+
+
 def _unescape(text: str) -> str:
+    """Undo MONITOR's quoting (sdscatrepr): \\" \\\\ \\n ... and \\xHH."""
     if "\\" not in text:
         return text
-    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "x"
-                  and len(m.group(1)) == 3 else {"n": "\n", "r": "\r", "t": "\t"}.get(m.group(1), m.group(1)), text)
+
+    def one(match: re.Match) -> str:
+        escaped = match.group(1)
+        if escaped.startswith("x") and len(escaped) == 3:
+            return chr(int(escaped[1:], 16))
+        return _ESCAPES.get(escaped, escaped)
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", one, text)
 
 
 def parse_line(line: str) -> tuple[float, str, list[str]] | None:

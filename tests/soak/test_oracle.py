@@ -1,0 +1,68 @@
+"""The soak's oracle on hand-written MONITOR streams: it must see every broken promise it claims to."""
+
+from __future__ import annotations
+
+from tests.soak.oracle import reconstruct
+
+LOCK, INFO, FENCE = "lockrun:{j}:lock", "lockrun:{j}:info", "lockrun:{j}:fence"
+
+
+def q(*args) -> str:
+    return " ".join(f'"{a}"' for a in args)
+
+
+def grant(at: float, token: str, fence: int, run_id: str, ttl_ms: int = 1000) -> list[str]:
+    return [
+        f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVALSHA", "sha", "5", LOCK, INFO, FENCE, "p", "s", token, ttl_ms),
+        f"+{at:.6f} [0 lua] " + q("SET", LOCK, token, "NX", "PX", ttl_ms),
+        f"+{at:.6f} [0 lua] " + q("INCR", FENCE),
+        f"+{at:.6f} [0 lua] " + q("HSET", INFO, "fencing_token", fence, "run_id", run_id),
+    ]
+
+
+def renew(at: float, token: str, ttl_ms: int = 1000) -> list[str]:
+    return [
+        f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVALSHA", "sha", "3", LOCK, INFO, "p", token, ttl_ms, "hb", "1"),
+        f"+{at:.6f} [0 lua] " + q("GET", LOCK),
+        f"+{at:.6f} [0 lua] " + q("PEXPIRE", LOCK, ttl_ms),
+    ]
+
+
+def release(at: float, token: str) -> list[str]:
+    return [
+        f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVALSHA", "sha", "3", LOCK, INFO, "w", token, "5000"),
+        f"+{at:.6f} [0 lua] " + q("DEL", LOCK, INFO),
+    ]
+
+
+def test_a_clean_history_is_rebuilt_lease_by_lease():
+    lines = grant(10.0, "aaa", 1, "r1") + renew(10.3, "aaa") + release(10.5, "aaa") + grant(10.6, "bbb", 2, "r2")
+    out = reconstruct([(0, lines, 20.0)])
+    assert out.violations == []
+    first, second = out.leases
+    assert (first.run_id, first.fencing_token, first.resets, first.end) == ("r1", 1, 1, "released")
+    assert abs(first.deadline - 11.3) < 1e-6
+    assert (second.run_id, second.fencing_token, second.end) == ("r2", 2, "expired")  # 11.6 < server death
+
+
+def test_a_grant_while_the_previous_lease_is_valid_is_a_violation():
+    out = reconstruct([(0, grant(10.0, "aaa", 1, "r1") + grant(10.5, "bbb", 2, "r2"), None)])
+    assert len(out.violations) == 1 and "granted" in out.violations[0]
+
+
+def test_a_grant_after_expiry_theft_or_death_is_fine():
+    expired = grant(10.0, "aaa", 1, "r1") + grant(11.01, "bbb", 2, "r2")
+    stolen = grant(10.0, "aaa", 1, "r1") + ["+10.2 [0 unix:/s] " + q("DEL", LOCK)] + grant(10.3, "bbb", 2, "r2")
+    assert reconstruct([(0, expired, None)]).violations == []
+    out = reconstruct([(0, stolen, None)])
+    assert out.violations == [] and out.leases[0].end == "stolen"
+    died = reconstruct([(0, grant(10.0, "aaa", 1, "r1"), 10.4), (1, grant(10.5, "bbb", 1, "r2"), None)])
+    assert died.violations == [] and died.leases[0].end == "died"
+
+
+def test_renewing_or_deleting_a_lease_one_does_not_hold_is_a_violation():
+    assert "does not hold" in reconstruct([(0, grant(10.0, "aaa", 1, "r1") + renew(10.2, "zzz"), None)]).violations[0]
+    assert "deleted" in reconstruct([(0, grant(10.0, "aaa", 1, "r1") + release(10.2, "zzz"), None)]).violations[0]
+    resurrect = grant(10.0, "aaa", 1, "r1") + ["+10.1 [0 unix:/s] " + q("DEL", LOCK), "+10.2 [0 lua] " +
+                                               q("SET", LOCK, "aaa", "PX", "1000")]
+    assert "SET without NX" in reconstruct([(0, resurrect, None)]).violations[0]
