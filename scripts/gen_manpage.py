@@ -168,6 +168,10 @@ def render() -> str:
     out += [
         ".TE",
         ".PP",
+        esc("A shell also reports 137 when lockrun itself died of SIGKILL: kill -9, the OOM killer, or its own "
+            "backstop timer after it was stopped or starved past its lease. The command died with it; its ledger "
+            "row reads abandoned."),
+        ".PP",
         esc("unlock exits 0 when the lock is gone afterwards (or was not held), 1 when it refused. "
             "status exits 0, or 69 when the backend is unreachable (after printing what the ledger knows). "
             "history exits 0; prune exits 0, or 1 when the ledger cannot be written."),
