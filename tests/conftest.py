@@ -183,10 +183,27 @@ def spawn_lockrun(env: dict, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(lockrun_argv(*args), env=env, text=True, **kwargs)
 
 
-def history(env: dict, *args: str) -> list[dict]:
-    result = run_lockrun(env, "history", "--json", "--limit", "1000", *args)
+def history(env: dict, *args: str, limit: int = 1000) -> list[dict]:
+    result = run_lockrun(env, "history", "--json", "--limit", str(limit), *args)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def tcp_reply(port: int, *command, default=None):
+    """One command to the redis-server on a loopback port, or ``default`` if it cannot answer (yet)."""
+    try:
+        with redis.Redis(port=port, socket_timeout=2, protocol=2) as client:
+            return client.execute_command(*command)
+    except redis.RedisError:
+        return default
+
+
+def stop_servers(procs: list[subprocess.Popen], folder: Path) -> None:
+    """Kill the servers a fixture started and remove their directory."""
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def pid_alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port, run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster")
 
@@ -33,31 +33,15 @@ def cluster():
         ))
     try:
         for port in ports:
-            wait_until(lambda port=port: _ping(port), what=f"cluster node {port}")
+            wait_until(lambda port=port: tcp_reply(port, "PING", default=False), what=f"cluster node {port}")
         subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
                         "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
         for port in ports:
-            wait_until(lambda port=port: b"cluster_state:ok" in _info(port), timeout=30, what="cluster_state:ok")
+            wait_until(lambda port=port: b"cluster_state:ok" in tcp_reply(port, "CLUSTER", "INFO", default=b""),
+                       timeout=30, what="cluster_state:ok")
         yield ports
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _ping(port: int) -> bool:
-    try:
-        return redis.Redis(port=port, socket_timeout=2).ping()
-    except redis.RedisError:
-        return False
-
-
-def _info(port: int) -> bytes:
-    try:
-        return redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "INFO")
-    except redis.RedisError:
-        return b""
+        stop_servers(procs, folder)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port, run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 
 def _client(port: int) -> redis.Redis:
@@ -46,20 +45,11 @@ def sentinels():
         wait_until(lambda: _client(replica).info("replication").get("master_link_status") == "up",
                    timeout=30, what="the replica to sync")
         for port in sentinel_ports:
-            wait_until(lambda port=port: _sentinel_knows_replica(port), timeout=30, what="sentinels to see the replica")
+            wait_until(lambda port=port: tcp_reply(port, "SENTINEL", "REPLICAS", "mymaster"), timeout=30,
+                       what="sentinels to see the replica")
         yield {"master": master, "replica": replica, "sentinels": sentinel_ports}
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _sentinel_knows_replica(port: int) -> bool:
-    try:
-        return bool(_client(port).execute_command("SENTINEL", "REPLICAS", "mymaster"))
-    except redis.RedisError:
-        return False
+        stop_servers(procs, folder)
 
 
 def _url(s) -> str:

@@ -19,7 +19,6 @@ promise): ``python -m tests.soak --seed N``.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import RedisServer, isolated_env, lockrun_argv, pid_alive
+from tests.conftest import RedisServer, history, isolated_env, lockrun_argv, pid_alive
 from tests.soak.oracle import MonitorRecorder, ServerLease, reconstruct
 from tests.soak.proxy import FaultyProxy
 
@@ -180,7 +179,7 @@ class Soak:
                 _signal(inv.pid, signal.SIGKILL)
             for thread in threads:
                 thread.join(10)
-            self.history = self._history(env)
+            self.history = history(env, limit=1_000_000)
         finally:
             if self.proxy:
                 self.proxy.close()
@@ -354,13 +353,6 @@ class Soak:
         return f"{length:.2f}s"
 
     # -- evidence ---------------------------------------------------------------------
-
-    def _history(self, env: dict) -> list[dict]:
-        result = subprocess.run(lockrun_argv("history", "--json", "--limit", "1000000"), env=env,
-                                capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            raise AssertionError(f"lockrun history failed: {result.stderr.strip()}")
-        return json.loads(result.stdout)
 
     def command_logs(self) -> list[CommandLog]:
         logs = []

@@ -131,10 +131,11 @@ class Reconstruction:
         return {lease.run_id: lease for lease in self.leases if lease.run_id}
 
 
-def lock_name(key: str, prefix: str) -> str | None:
-    """``NAME`` of ``{prefix}{NAME}:lock``, else None."""
-    if key.startswith(prefix + "{") and key.endswith("}:lock"):
-        return key[len(prefix) + 1:-len("}:lock")]
+def lock_name(key: str, prefix: str, kind: str = "lock") -> str | None:
+    """``NAME`` of ``{prefix}{NAME}:{kind}`` (a lock's key of that kind), else None."""
+    suffix = "}:" + kind
+    if key.startswith(prefix + "{") and key.endswith(suffix):
+        return key[len(prefix) + 1:-len(suffix)]
     return None
 
 
@@ -196,7 +197,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 elif "PX" in args:
                     lease.last_reset, lease.ttl = at, int(args[args.index("PX") + 1]) / 1000.0
                     lease.resets += 1
-            elif verb == "INCR" and pending is not None and key.endswith("}:fence"):
+            elif verb == "INCR" and pending is not None and lock_name(key, prefix, "fence"):
                 holder = current.get(pending.name)
                 if holder is not None:
                     if at < holder.valid_until - EPSILON:
@@ -208,9 +209,8 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 current[pending.name] = pending
                 out.leases.append(pending)
                 pending = None
-            elif verb == "HSET" and key.endswith("}:info") and "fencing_token" in args:
-                name_of_info = key[len(prefix) + 1:-len("}:info")]
-                lease = current.get(name_of_info)
+            elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
+                lease = current.get(lock_name(key, prefix, "info"))
                 if lease is not None and lease.fencing_token is None:
                     fields = dict(zip(args[2::2], args[3::2]))
                     lease.fencing_token = int(fields["fencing_token"])
