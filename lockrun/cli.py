@@ -417,35 +417,66 @@ STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeou
               help="Show at most N runs.")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
 @click.option("--since", type=DURATION, help="Only runs started within DURATION (90m, 12h, 7d).")
+@click.option("--fleet", is_flag=True,
+              help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
+@click.option("--host", "host_filter", metavar="HOST", help="Only runs recorded by this host name (useful with --fleet).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
-def history(ctx, name, limit, status_filter, since, as_json):
+def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json):
     """Show the runs recorded in the ledger, newest first.
 
     \b
-      lockrun history                           # the last 20 runs
+      lockrun history                           # the last 20 runs on this host
       lockrun history sync-invoices --since 7d
       lockrun history --status failed --json
+      lockrun history --fleet --host app-2      # every host's runs, from Redis
 
-    Needs no backend: it reads the local ledger only.
+    Without --fleet it needs no backend: it reads this host's ledger only.
+    With --fleet it reads the runs every host recorded in Redis; exits 69 when
+    Redis is unreachable.
     """
     from lockrun import render
 
     resolved = _settings(ctx)
-    book = _open_ledger_for_reading(resolved.ledger_path)
-    rows = []
-    if book is not None:
-        try:
-            rows = book.history(name, limit=limit, status=status_filter,
-                                since=iso_ago(since) if since is not None else None)
-        finally:
-            book.close()
+    since_iso = iso_ago(since) if since is not None else None
+    if fleet and resolved.redis_url:
+        rows = _fleet_call(resolved, lambda record, backend: _fleet_history(
+            record, backend, name, host_filter, limit, status_filter, since))
+    else:
+        book = _open_ledger_for_reading(resolved.ledger_path)
+        rows = []
+        if book is not None:
+            try:
+                rows = book.history(name, limit=limit, status=status_filter, since=since_iso, host=host_filter)
+            finally:
+                book.close()
     if as_json:
         render.print_json(rows)
     else:
         render.history_table(rows)
     ctx.exit(0)
+
+
+def _fleet_call(resolved, read):
+    """Open the Redis backend, call ``read(fleet_record, backend)``, close it; unreachable is exit 69."""
+    from lockrun.backends import open_backend
+
+    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+    try:
+        return read(backend.fleet_record(), backend)
+    finally:
+        backend.close()
+
+
+def _fleet_history(record, backend, name, host_filter, limit, status_filter, since):
+    import time
+
+    from lockrun import fleet
+
+    since_ms = int((time.time() - since) * 1000) if since is not None else None
+    return fleet.history(record, backend.holders, name, host=host_filter, limit=limit, status=status_filter,
+                         since_ms=since_ms)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -481,17 +512,20 @@ RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value)
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("run_id", type=RUN_ID)
+@click.option("--fleet", is_flag=True,
+              help="Look in the fleet record in Redis too: a run of any host (its tail if it is the name's last run).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: the run as in history --json, plus output_tail.")
 @global_options
 @click.pass_context
-def show(ctx, run_id, as_json):
+def show(ctx, run_id, fleet, as_json):
     """Show one run from the ledger, with its output tail (--capture-tail).
 
     \b
       lockrun show 3f2a9c1e          # a prefix of the run id is enough
       lockrun show 3f2a9c1e --json
+      lockrun show 3f2a9c1e --fleet  # a run of any host
 
-    Exits 1 when no run has that id.
+    Exits 1 when no run has that id; with --fleet, 69 when Redis is unreachable.
     """
     from lockrun import render
 
@@ -503,41 +537,66 @@ def show(ctx, run_id, as_json):
             found = book.find_run(run_id)
         finally:
             book.close()
+    events = None
+    if found is None and fleet and resolved.redis_url:
+        from lockrun import fleet as fleet_record
+
+        try:
+            seen = _fleet_call(resolved, lambda record, backend: fleet_record.find_run(record, backend.holders,
+                                                                                        run_id))
+        except fleet_record.FleetReadError as exc:
+            _say(str(exc))
+            ctx.exit(1)
+        if seen is not None:
+            row, tail, events = seen
+            found = (row, tail)
     if found is None:
-        _say(f"no run {run_id!r} in the ledger {resolved.ledger_path}")
+        where = f"the ledger {resolved.ledger_path}" + (" or the fleet record" if fleet and resolved.redis_url else "")
+        _say(f"no run {run_id!r} in {where}")
         ctx.exit(1)
     row, tail = found
     if as_json:
-        render.print_json({**row, "output_tail": tail})
+        render.print_json({**row, "output_tail": tail, **({"events": events} if events is not None else {})})
     else:
         render.run_details(row, tail)
     ctx.exit(0)
 
 
 @cli.command(context_settings=CONTEXT)
+@click.option("--fleet", is_flag=True,
+              help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @global_options
 @click.pass_context
-def metrics(ctx):
+def metrics(ctx, fleet):
     """Print the ledger as Prometheus metrics (text exposition format).
 
     \b
       lockrun metrics > /var/lib/node_exporter/textfile/lockrun.prom
       lockrun -n job --metrics-file /var/lib/node_exporter/textfile/lockrun.prom -- /opt/job
+      lockrun metrics --fleet        # every host's runs, from Redis: one scrape for the fleet
 
     Per lock name: lockrun_last_run_timestamp_seconds,
     lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,
-    lockrun_last_exit_code and lockrun_runs_total{status=...}.
+    lockrun_last_exit_code and lockrun_runs_total{status=...}. With --fleet the
+    counts include busy and duplicate skips of every host; exits 69 when Redis
+    is unreachable.
     """
     from lockrun import metrics as exposition
 
     resolved = _settings(ctx)
+    if fleet and resolved.redis_url:
+        from lockrun import fleet as fleet_record
+
+        facts = _fleet_call(resolved, lambda record, backend: fleet_record.facts(record))
+        sys.stdout.write(exposition.exposition(facts))
+        ctx.exit(0)
     book = _open_ledger_for_reading(resolved.ledger_path)
     if book is None:
         from lockrun.ledger import Ledger
 
         book = Ledger(resolved.ledger_path).open()  # an empty ledger: the families, no samples
     try:
-        sys.stdout.write(exposition.exposition(book))
+        sys.stdout.write(exposition.exposition(exposition.ledger_facts(book)))
     finally:
         book.close()
     ctx.exit(0)

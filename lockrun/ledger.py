@@ -327,13 +327,17 @@ class Ledger:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
 
     def history(
-        self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None
+        self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None,
+        host: str | None = None,
     ) -> list[dict]:
         """Newest first. ``since`` is an ISO timestamp; ``abandoned`` is derived, so it is filtered here."""
         where, params = [], []
         if name is not None:
             where.append("name = ?")
             params.append(name)
+        if host is not None:
+            where.append("host = ?")
+            params.append(host)
         if since is not None:
             where.append("started_at >= ?")
             params.append(since)

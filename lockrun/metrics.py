@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from lockrun.clock import parse_iso
 from lockrun.ledger import Ledger
@@ -36,14 +37,33 @@ def _number(value: float) -> str:
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def exposition(ledger: Ledger) -> str:
-    counts = ledger.run_counts()
-    names = sorted({name for name, _, _ in counts})
-    samples: dict[str, list[str]] = {family: [] for family, _, _ in FAMILIES}
-    for name in names:
-        label = f'name="{escape_label(name)}"'
-        last = ledger.last_finished(name)
+class JobFacts(NamedTuple):
+    """What the metrics say about one lock name, from this host's ledger or the fleet record."""
+
+    name: str
+    last: dict | None  # the newest finished run, as history --json shows it
+    last_success_at: str | None  # ISO end time of the newest succeeded run
+    counts: dict[str, int]  # runs by final status
+
+
+def ledger_facts(ledger: Ledger) -> list[JobFacts]:
+    """This host's view: its ledger's runs and counts."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, status, count in ledger.run_counts():
+        counts.setdefault(name, {})[status] = count
+    found = []
+    for name in sorted(counts):
         success = ledger.last_with_status(name, "succeeded")
+        found.append(JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None,
+                              counts[name]))
+    return found
+
+
+def exposition(facts: list[JobFacts]) -> str:
+    samples: dict[str, list[str]] = {family: [] for family, _, _ in FAMILIES}
+    for job in sorted(facts, key=lambda job: job.name):
+        label = f'name="{escape_label(job.name)}"'
+        last = job.last
         if last is not None:
             if (started := _unix(last["started_at"])) is not None:
                 samples["lockrun_last_run_timestamp_seconds"].append(f"{{{label}}} {_number(started)}")
@@ -51,10 +71,10 @@ def exposition(ledger: Ledger) -> str:
                 samples["lockrun_last_duration_seconds"].append(f"{{{label}}} {_number(last['duration_s'])}")
             if last["exit_code"] is not None:
                 samples["lockrun_last_exit_code"].append(f"{{{label}}} {last['exit_code']}")
-        if success is not None and (ended := _unix(success["ended_at"])) is not None:
+        if (ended := _unix(job.last_success_at)) is not None:
             samples["lockrun_last_success_timestamp_seconds"].append(f"{{{label}}} {_number(ended)}")
-    for name, status, count in counts:
-        samples["lockrun_runs_total"].append(f'{{name="{escape_label(name)}",status="{escape_label(status)}"}} {count}')
+        for status, count in sorted(job.counts.items()):
+            samples["lockrun_runs_total"].append(f'{{{label},status="{escape_label(status)}"}} {count}')
     lines = []
     for family, kind, help_text in FAMILIES:
         lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]

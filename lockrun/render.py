@@ -79,7 +79,8 @@ def status_table(backend: str, where: str, locks: list[dict], unreachable: bool 
         if last:
             code = last["exit_code"] if last["exit_code"] is not None else (
                 f"sig {last['signal']}" if last["signal"] is not None else "-")
-            last_text = f"{last['status']} ({code}) {human_duration(seconds_since(last['ended_at'] or last['started_at']))} ago"
+            ago = human_duration(seconds_since(last["ended_at"] or last["started_at"]))
+            last_text = f"{last['status']} ({code}) on {last['host'] or '?'}, {ago} ago"
         else:
             last_text = "-"
         heartbeat = lock["heartbeat_age_s"]
@@ -108,13 +109,13 @@ def history_table(rows: list[dict]) -> None:
         else:
             exit_text = f"sig {row['signal']}" if row["signal"] is not None else "-"
         table.add_row(
-            _when(row["started_at"]),
+            _styled(_when(row["started_at"]), None),  # rows from the fleet record may hold anything
             _styled(row["name"], None),
             _styled(row["status"], STATUS_STYLES.get(row["status"])),
             exit_text,
             human_duration(row["duration_s"]),
-            _styled(row["host"], None),
-            row["run_id"][:8],
+            _styled(row["host"] or "-", None),
+            _styled((row["run_id"] or "-")[:8], None),
             _styled(_command(row["command"]), None),
         )
     console.print(table)

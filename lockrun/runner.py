@@ -18,7 +18,7 @@ import uuid
 from typing import Callable, NamedTuple
 
 from lockrun import host
-from lockrun.backends import Backend, Duplicate, Holder, Lease, OnceKey, call_timeout_for
+from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey, call_timeout_for
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
 from lockrun.backstop import Backstop
@@ -196,7 +196,7 @@ class Run:
         from lockrun import metrics  # only runs that asked for it pay for the import
 
         try:
-            metrics.write_file(self.metrics_file, metrics.exposition(self.ledger))
+            metrics.write_file(self.metrics_file, metrics.exposition(metrics.ledger_facts(self.ledger)))
         except (OSError, LedgerError) as exc:
             self.report("warn", f"cannot write the metrics file {self.metrics_file} ({exc})")
 
@@ -234,8 +234,7 @@ class Run:
             if backend is not None:
                 backend.close()
         # The lock is released by now: telling someone may take seconds, never the lease.
-        self.ended_wall = utc_now_iso()
-        self.duration_s = round(time.monotonic() - self.started_mono, 6)
+        self._mark_ended()
         outcome = self._tell(outcome)
         self._finish_ledger(outcome)
         return outcome
@@ -279,7 +278,7 @@ class Run:
             "pid": os.getpid(), "command": self.options.argv, "backend": self.backend_name,
             "started_at": self.started_wall, "ended_at": self.ended_wall, "duration_s": self.duration_s,
             "fencing_token": outcome.fencing_token, "once_key": self.options.once_key, "error": outcome.error,
-            "note": outcome.note,
+            "note": outcome.note, "exit_status": outcome.exit_code,
         }
 
     def _holder_info(self) -> dict[str, str]:
@@ -303,23 +302,31 @@ class Run:
         opts = self.options
         once = OnceKey(opts.once_key, opts.remember) if opts.once_key else None
         give_up_at = time.monotonic() + (opts.wait or 0.0)
+        deadline_known = opts.wait is not None  # --replace without --wait: known once the holder is
         asked: str | None = None  # the holder token we asked to stop (--replace)
         while True:
+            # The try at or after the deadline decides: a busy answer to it is this run's
+            # outcome, which the fleet record counts (earlier busy answers are only waiting).
+            last_try = deadline_known and time.monotonic() >= give_up_at
             try:
-                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once, opts.slots)
+                result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once, opts.slots,
+                                         last_try=last_try)
             except BackendUnavailable:
                 # The script may have run even though its reply never came back: give back
                 # whatever our token holds rather than leave it stuck for a whole TTL.
                 self._forget(backend, opts.name)
                 raise
-            if opts.wait is None and isinstance(result, Holder) and asked is None:
+            if not deadline_known and isinstance(result, Holder):
                 # --replace without --wait: long enough for the holder to notice at its next
                 # renewal (TTL/3 of *its* lease) and to stop its command (--kill-after).
                 holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else opts.ttl
                 give_up_at = time.monotonic() + holder_ttl + opts.kill_after
-            left = give_up_at - time.monotonic()
-            if not isinstance(result, Holder) or supervisor.received or left <= 0:
+                deadline_known = True
+            if not isinstance(result, Holder) or supervisor.received or last_try:
                 return result
+            left = give_up_at - time.monotonic()
+            if left <= 0:
+                continue  # the deadline passed during this try: one last one decides
             if opts.replace and result.token != asked:
                 # Ask once per holder; its keeper stops its command at the next renewal
                 # (TTL/3 at most), then releases, which wakes us.
@@ -344,12 +351,14 @@ class Run:
         opts = self.options
         got = self._acquire(backend, supervisor)
         if supervisor.received:
-            if isinstance(got, Lease):
-                self._release(backend, got)
             signum = supervisor.received[0]
             error = f"interrupted by signal {signum} before the command started"
+            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
+            if isinstance(got, Lease):
+                self._mark_ended()
+                self._release(backend, got, record=FleetRecord(self._as_ledger_row(outcome)))
             self.report("error", error)
-            return Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
+            return outcome
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
             self.report("info", f"{opts.name!r}: {note}; skipped")
@@ -361,21 +370,32 @@ class Run:
         lease = got
         try:
             outcome = self._supervise(backend, supervisor, lease)
-        except BaseException:
-            self._release(backend, lease)
+        except BaseException as exc:
+            self._mark_ended()
+            failed = Outcome(exit_code=ExitCode.INTERNAL, status="error", error=f"lockrun failed: {exc!r}",
+                             fencing_token=lease.fencing_token)
+            self._release(backend, lease, record=FleetRecord(self._as_ledger_row(failed)))
             raise
+        self._mark_ended()
         # After a lost lease the release is a formality that may well fail: try once, quietly.
         lost = outcome.status in ("lost", "preempted") or outcome.note is not None
         hold_s = 0.0
         if opts.min_hold and not lost:
             hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
         hold_until = iso_ago(-hold_s) if hold_s else ""
-        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded", hold_s=hold_s,
-                      hold_until=hold_until)
         if hold_s:
             note = f"{outcome.note}; " if outcome.note else ""
             outcome = outcome._replace(note=f"{note}--min-hold keeps the lock taken until {hold_until}")
+        record = FleetRecord(self._as_ledger_row(outcome), outcome.output_tail)
+        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded", hold_s=hold_s,
+                      hold_until=hold_until, record=record)
         return outcome
+
+    def _mark_ended(self) -> None:
+        """The run's end: the command is gone (or never started); releasing and telling come after."""
+        if self.ended_wall is None:
+            self.ended_wall = utc_now_iso()
+            self.duration_s = round(time.monotonic() - self.started_mono, 6)
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
         opts = self.options
@@ -491,14 +511,15 @@ class Run:
 
     def _release(
         self, backend: Backend, lease: Lease, lost: bool = False, succeeded: bool = False, hold_s: float = 0.0,
-        hold_until: str = "",
+        hold_until: str = "", record: FleetRecord | None = None,
     ) -> None:
-        """Compare-and-delete (marking a --once key done, or cooling for --min-hold), retried a
-        little; the token is kept until then."""
+        """Compare-and-delete (marking a --once key done, or cooling for --min-hold, and adding
+        ``record`` to the fleet record), retried a little; the token is kept until then."""
         last_error = None
         for attempt in range(1 if lost and not succeeded else RELEASE_ATTEMPTS):
             try:
-                released = backend.release(lease, succeeded=succeeded, hold_s=hold_s, hold_until=hold_until)
+                released = backend.release(lease, succeeded=succeeded, hold_s=hold_s, hold_until=hold_until,
+                                           record=record)
             except BackendUnavailable as exc:
                 last_error = exc
                 time.sleep(0.05 * (attempt + 1))

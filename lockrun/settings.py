@@ -249,6 +249,13 @@ def redact_url(url: str) -> str:
 
 # --- config file ----------------------------------------------------------------------
 
+# The fleet record's retention (README "One fleet, one memory"): per name, the newest runs kept
+# in its stream, and how long the record of a name outlives its last write.
+DEFAULT_FLEET_KEEP_RUNS = 1000
+DEFAULT_FLEET_KEEP_DAYS = 90
+MAX_FLEET_KEEP_RUNS = 1_000_000
+MAX_FLEET_KEEP_DAYS = 3650
+
 #: key -> (python types accepted, what the message says is expected)
 CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "redis_url": ((str,), "a string (redis://, rediss:// or unix:// URL)"),
@@ -262,6 +269,8 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "notify_urls": ((list,), "a list of http:// or https:// URLs"),
     "min_hold": ((str,), "a duration string such as \"30s\" or \"5m\""),
     "socket_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
+    "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
+    "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
     "connect_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
 }
 
@@ -321,6 +330,10 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
             raise ConfigError(f"config file {where}: ttl must be {expected}")
         if key == "ledger_keep_days" and value < 1:
             raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
+        if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
+            raise ConfigError(f"config file {where}: fleet_keep_runs must be {expected}")
+        if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
+            raise ConfigError(f"config file {where}: fleet_keep_days must be {expected}")
         if key in ("socket_timeout", "connect_timeout") and not (math.isfinite(value) and value > 0):
             raise ConfigError(f"config file {where}: {key} must be {expected}")
         if key == "min_hold":
@@ -363,6 +376,8 @@ class Settings(NamedTuple):
     connect_timeout: float | None = None
     notify_urls: tuple[str, ...] = ()
     min_hold: float | None = None
+    fleet_keep_runs: int = DEFAULT_FLEET_KEEP_RUNS
+    fleet_keep_days: int = DEFAULT_FLEET_KEEP_DAYS
 
     @property
     def backend_name(self) -> str:
@@ -412,4 +427,6 @@ def resolve(
         redis_ca=redis_ca or file.get("redis_ca"),
         socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,
         connect_timeout=float(file["connect_timeout"]) if "connect_timeout" in file else None,
+        fleet_keep_runs=file.get("fleet_keep_runs", DEFAULT_FLEET_KEEP_RUNS),
+        fleet_keep_days=file.get("fleet_keep_days", DEFAULT_FLEET_KEEP_DAYS),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lockrun import host
+from lockrun import fleet, host
 from lockrun.backends import Backend, Holder
 from lockrun.clock import seconds_since
 from lockrun.ledger import Ledger
@@ -54,15 +54,29 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
     }
 
 
+def newer_run(mine: dict | None, theirs: dict | None) -> dict | None:
+    """The newer of this host's last finished run and the fleet's (by when it ended)."""
+    if mine is None or theirs is None:
+        return mine or theirs
+    if mine["run_id"] == theirs["run_id"]:
+        return mine  # the same run: this host's row is the fuller one
+    ours_ended = mine["ended_at"] or mine["started_at"] or ""
+    return theirs if (theirs["ended_at"] or theirs["started_at"] or "") > ours_ended else mine
+
+
 def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> list[dict]:
-    """Held locks (or exactly the named ones, held or free), each with its last finished run."""
+    """Held locks (or exactly the named ones, held or free), each with its last finished run:
+    the newer of this host's ledger and the fleet record (a shared backend's memory of every host)."""
     held: dict[str, list[Holder]] = {}
     for holder in backend.holders(names):
         held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
     wanted = sorted(held) if names is None else list(dict.fromkeys(names))
+    record = backend.fleet_record()
+    fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
     entries = []
     for name in wanted:
-        last_run = _last_finished(ledger, name) if ledger is not None else None
+        mine = _last_finished(ledger, name) if ledger is not None else None
+        last_run = newer_run(mine, fleet_last.get(name))
         for holder in held.get(name) or [None]:
             entries.append(lock_entry(name, holder, last_run))
     return entries

@@ -11,7 +11,7 @@ import os
 from typing import NamedTuple
 
 from lockrun import host
-from lockrun.backends import Backend, Holder
+from lockrun.backends import Backend, FleetRecord, Holder
 from lockrun.clock import human_duration, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 from lockrun.ledger import Ledger, RunRecord
@@ -93,8 +93,6 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
     holder = inspection.holder
     if holder is None or not holder.token:
         return False, None
-    if not backend.clear(inspection.name, holder.token):
-        return False, None
     kind = "cooling" if inspection.cooling else "zombie" if inspection.zombie else "live (forced)"
     note = (
         f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {holder.token[:8]}"
@@ -108,6 +106,14 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
         started_at=utc_now_iso(),
         pid_start=host.process_start(os.getpid()),
     )
+    # The same row the ledger keeps, for every host to see in the fleet record (Redis).
+    shared = FleetRecord({
+        "run_id": record.run_id, "status": "unlocked", "host": host.hostname(), "pid": os.getpid(),
+        "command": argv, "started_at": record.started_at, "ended_at": record.started_at, "duration_s": 0.0,
+        "note": note, "exit_status": 0,
+    }, at_once=True)
+    if not backend.clear(inspection.name, holder.token, record=shared):
+        return False, None
     try:
         ledger = Ledger(ledger_path).open()
         try:

@@ -37,6 +37,9 @@ DESCRIPTION = [
     "The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN; the fencing token "
     "strictly increases with every acquisition of the name, for systems that can reject a stale writer.",
     "lockrun is silent on success and on a busy skip, and prints one line on stderr on real trouble.",
+    "With Redis, every host also writes a fleet record of its runs into the same scripts that take and "
+    "release the lock (no extra round trip): status shows each lock's last run on any host, and "
+    "history, show and metrics read every host's runs with --fleet.",
     "The bare form lockrun [OPTIONS] -- COMMAND is the same as lockrun run; it applies when the first "
     "argument is an option or --.",
 ]
@@ -57,7 +60,8 @@ ENVIRONMENT = [
 
 FILES = [
     ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, socket_timeout, connect_timeout, prefix, "
-                          "ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, metrics_file. "
+                          "ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, metrics_file, "
+                          "fleet_keep_runs, fleet_keep_days. "
                           "Must not be world-writable. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),
@@ -80,6 +84,8 @@ EXAMPLES = [
      "30 2 * * * lockrun -n dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
     ("See who holds what, what ran, and clear a crashed holder:",
      "lockrun status\nlockrun history sync-invoices --since 7d\nlockrun unlock sync-invoices"),
+    ("Every host's runs of a job, from the fleet record in Redis, and one scrape for the fleet:",
+     "lockrun history --fleet sync-invoices --since 7d\nlockrun metrics --fleet"),
 ]
 
 

@@ -250,3 +250,68 @@ def read_until(master, needle: bytes, timeout: float = 15.0) -> bytes:
                 break
             seen += chunk
     return seen
+
+
+def as_host(hostname: str, argv: list[str]) -> list[str]:
+    """``argv`` run as if on another host: its own UTS namespace with its own host name (root only).
+
+    lockrun reads the host name from uname(2), so this is what another machine would record.
+    """
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh", hostname, *argv]
+
+
+class Hosts:
+    """Several "hosts" on one Redis URL: each with its own host name, state directory and ledger.
+
+    ``hosts.run("app-b", "-n", "job", "--", ...)`` runs lockrun as host app-b and returns the
+    CompletedProcess; ``hosts.spawn`` starts it in the background; ``hosts.env(name)`` is its environment.
+    """
+
+    def __init__(self, tmp_path: Path, url: str) -> None:
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.fail("the several-host tests need root and unshare(1) (util-linux) for a UTS namespace per host")
+        self.tmp_path, self.url = tmp_path, url
+
+    def env(self, hostname: str) -> dict:
+        (self.tmp_path / hostname).mkdir(exist_ok=True)
+        return {**isolated_env(self.tmp_path / hostname), "LOCKRUN_REDIS_URL": self.url}
+
+    def run(self, hostname: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(as_host(hostname, lockrun_argv(*args)), env=self.env(hostname),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def spawn(self, hostname: str, *args: str, **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        kwargs.setdefault("stderr", subprocess.DEVNULL)
+        return subprocess.Popen(as_host(hostname, lockrun_argv(*args)), env=self.env(hostname), text=True, **kwargs)
+
+    def json(self, hostname: str, *args: str):
+        result = self.run(hostname, *args, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def hosts(tmp_path, redis_server) -> Hosts:
+    """Two or more "hosts" on this test's own Redis."""
+    return Hosts(tmp_path, redis_server.url)
+
+
+def client_commands(server: RedisServer, argv: list[str], env: dict) -> list[str]:
+    """The commands (names, upper case) that clients other than MONITOR sent while ``argv`` ran.
+
+    Commands a Lua script ran are the server's, not round trips, and are left out.
+    """
+    seen: list[str] = []
+    stopper = server.client()
+    stopper.ping()  # connected (and its handshake done) before MONITOR starts watching
+    with server.client().monitor() as monitor:
+        subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        stopper.execute_command("PING", "stop-monitor")
+        for event in monitor.listen():
+            if event["command"] == "PING stop-monitor":
+                break
+            if event.get("client_type") == "lua" or "lua" in str(event.get("client_address", "")):
+                continue
+            seen.append(event["command"].split()[0].upper())
+    return seen

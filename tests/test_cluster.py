@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
+from tests.conftest import Hosts, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster")
 
@@ -98,3 +98,19 @@ def test_bad_cluster_urls_are_usage_errors(local_env):
         local_env["LOCKRUN_REDIS_URL"] = url
         result = run_lockrun(local_env, "-n", "x", "--", "true")
         assert result.returncode == 2 and "cluster" in result.stderr
+
+
+def test_the_fleet_record_on_a_cluster(cluster_env, tmp_path):
+    hosts = Hosts(tmp_path, cluster_env["LOCKRUN_REDIS_URL"])
+    names = [f"fleet-{i}" for i in range(6)]  # spread over the masters by their hash tags
+    for i, name in enumerate(names):
+        assert hosts.run("app-b", "-n", name, "--", "sh", "-c", f"exit {i}").returncode == i
+    lock = hosts.json("app-a", "status", "fleet-3")["locks"][0]
+    assert (lock["last_run"]["host"], lock["last_run"]["exit_code"]) == ("app-b", 3)
+    rows = hosts.json("app-a", "history", "--fleet", "--limit", "100")
+    assert [r["name"] for r in rows if r["name"] in names] == names[::-1]
+    assert {r["host"] for r in rows if r["name"] in names} == {"app-b"}
+    metrics = hosts.run("app-a", "metrics", "--fleet").stdout
+    assert 'lockrun_last_exit_code{name="fleet-5"} 5' in metrics
+    run_id = next(r["run_id"] for r in rows if r["name"] == "fleet-2")
+    assert hosts.json("app-a", "show", run_id[:10], "--fleet")["exit_code"] == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
+from tests.conftest import Hosts, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 
 def _client(port: int) -> redis.Redis:
@@ -90,3 +90,21 @@ def test_unknown_master_and_bad_urls(local_env, sentinels):
     for url in ("redis+sentinel://127.0.0.1:1/", "redis+sentinel://127.0.0.1:1/m/x"):
         result = run_lockrun({**local_env, "LOCKRUN_REDIS_URL": url}, "-n", "x", "--", "true")
         assert result.returncode == 2 and "sentinel" in result.stderr
+
+
+def test_the_fleet_record_behind_sentinel_survives_a_failover(sentinels, tmp_path):
+    hosts = Hosts(tmp_path, _url(sentinels))
+    assert hosts.run("app-b", "-n", "nightly", "--", "sh", "-c", "exit 3").returncode == 3
+    lock = hosts.json("app-a", "status", "nightly")["locks"][0]
+    assert (lock["last_run"]["host"], lock["last_run"]["exit_code"]) == ("app-b", 3)
+    wait_until(lambda: _client(sentinels["replica"]).exists("lockrun:{nightly}:last"), what="replication")
+    _client(sentinels["sentinels"][0]).execute_command("SENTINEL", "FAILOVER", "mymaster")
+    # Until the old master is demoted too, a write could still reach it and be lost (README, "Known limits").
+    wait_until(lambda: _client(sentinels["replica"]).info("replication")["role"] == "master"
+               and _client(sentinels["master"]).info("replication")["role"] == "slave", timeout=30,
+               what="the failover to complete")
+    wait_until(lambda: hosts.run("app-a", "-n", "nightly", "--", "true").returncode == 0, timeout=30,
+               what="a run against the new master")
+    rows = hosts.json("app-b", "history", "--fleet", "nightly")
+    assert [(r["host"], r["status"]) for r in rows] == [("app-a", "succeeded"), ("app-b", "failed")]
+    assert 'lockrun_runs_total{name="nightly",status="failed"} 1' in hosts.run("app-b", "metrics", "--fleet").stdout

@@ -42,6 +42,31 @@ class Duplicate(NamedTuple):
     key: str
 
 
+class FleetRecord(NamedTuple):
+    """A finished run for the fleet record (README "One fleet, one memory"), written by the same
+    script that releases (or clears) the lock. The local backend has no fleet record: its
+    ledger is the whole memory of this host."""
+
+    row: dict  # as ``history --json`` shows it
+    output_tail: str | None = None  # with --capture-tail: its last 4 KiB go to the ``last`` record
+    at_once: bool = False  # a row that is over at once (an unlock): recorded only if it cleared something
+
+
+class FleetRetention(NamedTuple):
+    """How much of the fleet record Redis keeps (config ``fleet_keep_runs``, ``fleet_keep_days``)."""
+
+    keep_runs: int = 1000
+    keep_days: int = 90
+
+    @property
+    def max_events(self) -> int:
+        return 2 * self.keep_runs  # a start and an end event per run
+
+    @property
+    def keep_ms(self) -> int:
+        return self.keep_days * 86400 * 1000
+
+
 class Holder(NamedTuple):
     """Who holds a lock, as recorded in the backend (contract §7)."""
 
@@ -80,31 +105,43 @@ class Backend(Protocol):
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1,
+        slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
 
-        One round trip. Raises SlotsMismatch when the name is in use with another N.
+        One round trip. Raises SlotsMismatch when the name is in use with another N. With
+        ``last_try``, a busy answer is this run's outcome (the fleet record counts it).
         """
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED."""
 
-    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
+    def release(
+        self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
+        record: FleetRecord | None = None,
+    ) -> bool:
         """Delete the lock if we still own it and wake one waiter. False: it was not ours.
 
         With ``succeeded``, the lease's ``--once`` key is marked done in the same step.
         With ``hold_s`` > 0 (``--min-hold``), the lock stays taken, "cooling", that long.
+        ``record``, the run's final row, goes to the fleet record in the same step, ours or not.
         """
 
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
         """Ask the holder of ``name`` to stop (``--replace``). False: nobody holds it."""
 
-    def clear(self, name: str, token: str) -> bool:
-        """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter."""
+    def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
+        """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter.
+        ``record`` (the unlock's own row) goes to the fleet record if something was cleared."""
 
     def wait_for_release(self, name: str, timeout: float) -> None:
         """Block until a release of ``name`` is announced or ``timeout`` passes."""
+
+    def lock_names(self) -> list[str]:
+        """Names of the held locks (shell completion)."""
+
+    def fleet_record(self):
+        """The shared record of every host's runs (Redis), or None (local: the ledger is all)."""
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         """The held locks (all, or the named ones that are held): one Holder per holder,
@@ -138,5 +175,6 @@ def open_backend(settings, timeout: float, connect_timeout: float | None = None)
     from lockrun.backends.redis import RedisBackend
 
     return RedisBackend(
-        settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout
+        settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout,
+        fleet=FleetRetention(settings.fleet_keep_runs, settings.fleet_keep_days),
     )

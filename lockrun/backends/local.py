@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
+from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, SlotsMismatch
 
@@ -138,7 +138,7 @@ class LocalBackend:
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1,
+        slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         self._ready()
         if slots > 1:
@@ -282,7 +282,11 @@ class LocalBackend:
                 pass  # the heartbeat is for people; the kernel lock is what holds
         return PREEMPTED if slot is None and self._preempt_path(lease.name).exists() else RENEWED
 
-    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
+    def release(
+        self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
+        record: FleetRecord | None = None,
+    ) -> bool:
+        # ``record`` is for a shared backend: here the ledger is this host's whole memory.
         if succeeded and lease.once is not None:
             self._mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
         fd = self._held.get(lease.token)
@@ -293,10 +297,10 @@ class LocalBackend:
         if ours and hold_s > 0:
             # A kernel lock cannot outlive us: --min-hold is a deadline in the description,
             # which every acquire honours, written while we still hold the lock.
-            record = self._read_info(lease.name)
-            record.update(cooling_until=hold_until, cooling_until_epoch=time.time() + hold_s, child_pid="")
+            described = self._read_info(lease.name)
+            described.update(cooling_until=hold_until, cooling_until_epoch=time.time() + hold_s, child_pid="")
             try:
-                _write_atomically(self._info_path(lease.name), json.dumps(record).encode(), durable=True)
+                _write_atomically(self._info_path(lease.name), json.dumps(described).encode(), durable=True)
             except OSError as exc:
                 raise BackendUnavailable(f"cannot record --min-hold in {self.locks_dir}: {exc.strerror}") from None
         del self._held[lease.token]
@@ -313,7 +317,7 @@ class LocalBackend:
             raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
         return True
 
-    def clear(self, name: str, token: str) -> bool:
+    def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
         """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
         lock file if that holder still holds it."""
         slot = next((k for k in self._held_slots(name) if self._read_info(name, k).get("token") == token), None)
@@ -411,6 +415,10 @@ class LocalBackend:
             fencing_token=_int(info.get("fencing_token")),
             cooling_until=info.get("cooling_until") if ttl_remaining_s is not None else None,
         )
+
+    def fleet_record(self) -> None:
+        """No fleet record on this host-only backend: the ledger is its whole memory."""
+        return None
 
     def lock_names(self) -> list[str]:
         return [h.name for h in self.holders()]

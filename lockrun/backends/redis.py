@@ -16,31 +16,95 @@ from redis.backoff import NoBackoff
 from redis.connection import ConnectionPool, parse_url
 from redis.retry import Retry
 
-from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, Holder, Lease, OnceKey
+from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, FleetRetention, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, SlotsMismatch, UsageError
+from lockrun.record import fields_from_row, row_json, tail_for_fleet
 from lockrun.settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 
-# Take the lock, bump the fence and describe the holder, all or nothing.
-# KEYS: lock, info, fence, preempt, slots[, done]. ARGV: token, ttl_ms, then info field/value pairs.
+# The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
+# it costs no round trip. Every write goes through redis.pcall: a record that cannot be
+# written (a key of the wrong type, no memory) never fails the lock operation around it.
+#
+# record_end(runs, last, counts, ended, a, released): ARGV[a..] = maxlen, keep_ms, status
+# ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once, an
+# unlock: recorded with a start event before its end, and only if the script cleared
+# something), run_id, the row as JSON (``last`` keeps it so: status reads thousands), then
+# the run's field/value pairs (the stream keeps those, for people reading it with redis-cli).
+# The ``ended`` marker makes a release that is retried after a lost reply record it once.
+FLEET_LUA = """
+local function fleet_touch(keep, ...)
+  for _, key in ipairs({...}) do redis.pcall('PEXPIRE', key, keep) end
+end
+local function record_end(runs, last, counts, ended, a, released)
+  local status = ARGV[a + 2]
+  if status == '' or (ARGV[a + 5] == '1' and released == 0) then return end
+  local fresh = redis.pcall('SET', ended, '1', 'NX', 'PX', 600000)
+  if type(fresh) ~= 'table' or not fresh.ok then return end
+  local maxlen, keep = ARGV[a], ARGV[a + 1]
+  local fields = {}
+  for i = a + 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+  if ARGV[a + 5] == '1' then
+    redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'end', unpack(fields))
+  if ARGV[a + 5] ~= '1' then  -- an unlock is not a run: the last run stays the last run
+    local success = redis.pcall('HGET', last, 'last_success_at')
+    if status == 'succeeded' then success = ARGV[a + 4] end
+    redis.pcall('DEL', last)
+    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', ARGV[a + 7])
+    if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
+    if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
+  end
+  redis.pcall('HINCRBY', counts, status, 1)
+  fleet_touch(keep, runs, last, counts)
+end
+local function record_start(runs, maxlen, keep, fence, first)
+  local shared = {run_id = true, host = true, pid = true, command = true, started_at = true, ttl_ms = true}
+  local fields = {'fencing_token', fence}
+  for i = first, #ARGV - 1, 2 do
+    if shared[ARGV[i]] then
+      fields[#fields + 1] = ARGV[i]
+      fields[#fields + 1] = ARGV[i + 1]
+    end
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  fleet_touch(keep, runs)
+end
+local function record_count(counts, keep, status)
+  redis.pcall('HINCRBY', counts, status, 1)
+  fleet_touch(keep, counts)
+end
+"""
+
+# Take the lock, bump the fence and describe the holder, all or nothing; record the start
+# (or count a busy or duplicate outcome) in the fleet record.
+# KEYS: lock, info, fence, preempt, slots, runs, counts[, done]. ARGV: token, ttl_ms,
+# last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms, then info
+# field/value pairs (the start event takes the ones that are not secret).
 # Returns {1, fence} when taken (a preemption request meant for the previous holder is
-# dropped); {2} when the --once key (KEYS[6]) is already done, in which case the lock is
+# dropped); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
 # given straight back; {-1, n} when the name is in use with --slots n; else {0, pttl,
 # info-hash-as-flat-list}.
-ACQUIRE_SCRIPT = """
+ACQUIRE_SCRIPT = FLEET_LUA + """
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
     redis.call('DEL', KEYS[1])
+    record_count(KEYS[7], ARGV[5], 'duplicate')
     return {2}
   end
   local fence = redis.call('INCR', KEYS[3])
   redis.call('DEL', KEYS[2], KEYS[4])
-  redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 3))
+  redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 6))
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  record_start(KEYS[6], ARGV[4], ARGV[5], fence, 6)
   return {1, fence}
+end
+if ARGV[3] == '1' then
+  record_count(KEYS[7], ARGV[5], 'busy')
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
@@ -63,29 +127,32 @@ return 0
 
 # Mark the --once key done (if given); then, if the token is still ours, either keep the
 # lock taken for the rest of --min-hold ("cooling": its TTL becomes the remainder, nobody
-# is woken) or delete it and wake one waiter (BLPOP).
-# KEYS: lock, info, wake[, done]. ARGV: token, wake_ttl_ms, hold_ms, cooling_until,
-# remember_ms, done_value. Returns 1 released (or cooling), 0 not ours. A done mark does
-# not depend on the token: the command did succeed, even if its lease was lost under
-# --on-lost continue.
-RELEASE_SCRIPT = """
-if KEYS[4] then
-  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[5])
+# is woken) or delete it and wake one waiter (BLPOP); then record the run's end in the
+# fleet record, whether the token was still ours or not (a lost lease ended a run too).
+# KEYS: lock, info, wake, runs, last, counts, ended[, done]. ARGV: token, wake_ttl_ms,
+# hold_ms, cooling_until, remember_ms, done_value, then the record (see FLEET_LUA) from
+# ARGV[7]. Returns 1 released (or cooling), 0 not ours. A done mark does not depend on the
+# token: the command did succeed, even if its lease was lost under --on-lost continue.
+RELEASE_SCRIPT = FLEET_LUA + """
+if KEYS[8] then
+  redis.call('SET', KEYS[8], ARGV[6], 'PX', ARGV[5])
 end
+local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  released = 1
   if tonumber(ARGV[3]) > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
     redis.call('HSET', KEYS[2], 'cooling_until', ARGV[4], 'child_pid', '')
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    return 1
+  else
+    redis.call('DEL', KEYS[1], KEYS[2])
+    redis.call('LPUSH', KEYS[3], '1')
+    redis.call('LTRIM', KEYS[3], 0, 63)
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
   end
-  redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('LPUSH', KEYS[3], '1')
-  redis.call('LTRIM', KEYS[3], 0, 63)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  return 1
 end
-return 0
+record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], 7, released)
+return released
 """
 
 # Ask the holder to stop (--replace): its keeper sees the flag at its next renewal.
@@ -100,11 +167,11 @@ return 0
 
 # --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
 # Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
-# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict)[, done].
-# ARGV: token, ttl_ms, n, then info field/value pairs.
+# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts[,
+# done]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, then info field/value pairs.
 # Returns {1, fence}; {2} for a done --once key; {-1, n} when the name is in use with
 # another N (1: as a plain lock); {0, ms until the soonest holder expires, its info}.
-SLOTS_ACQUIRE_SCRIPT = """
+SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + """
 redis.replicate_commands()
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, 1}
@@ -118,11 +185,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= n then
+  if ARGV[4] == '1' then
+    record_count(KEYS[7], ARGV[6], 'busy')
+  end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
   return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
 end
-if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
+  record_count(KEYS[7], ARGV[6], 'duplicate')
   return {2}
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
@@ -132,8 +203,9 @@ redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('PEXPIRE', KEYS[2], keep)
 local fence = redis.call('INCR', KEYS[3])
 redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'fencing_token', fence, unpack(ARGV, 4))
+redis.call('HSET', KEYS[4], 'fencing_token', fence, unpack(ARGV, 7))
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
+record_start(KEYS[6], ARGV[5], ARGV[6], fence, 7)
 return {1, fence}
 """
 
@@ -156,25 +228,28 @@ redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1
 """
 
-# Give a slot back (release, or unlock of exactly that token) and wake one waiter.
-# KEYS: slots, slots:n, that holder's info, wake[, done]. ARGV: token, wake_ttl_ms[,
-# remember_ms, done_value]. Returns 1 if the slot was ours, 0 if not.
-SLOTS_RELEASE_SCRIPT = """
-if KEYS[5] then
-  redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[3])
+# Give a slot back (release, or unlock of exactly that token) and wake one waiter; record
+# the run's end in the fleet record (also when the slot was no longer ours).
+# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, ended[, done].
+# ARGV: token, wake_ttl_ms, remember_ms, done_value, then the record (see FLEET_LUA) from
+# ARGV[5]. Returns 1 if the slot was ours, 0 if not.
+SLOTS_RELEASE_SCRIPT = FLEET_LUA + """
+if KEYS[9] then
+  redis.call('SET', KEYS[9], ARGV[4], 'PX', ARGV[3])
 end
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 0 then
-  return 0
+local released = 0
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  released = 1
+  redis.call('DEL', KEYS[3])
+  if redis.call('ZCARD', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  redis.call('LPUSH', KEYS[4], '1')
+  redis.call('LTRIM', KEYS[4], 0, 63)
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
-redis.call('DEL', KEYS[3])
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
-end
-redis.call('LPUSH', KEYS[4], '1')
-redis.call('LTRIM', KEYS[4], 0, 63)
-redis.call('PEXPIRE', KEYS[4], ARGV[2])
-return 1
+record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 5, released)
+return released
 """
 
 # Everything redis-py raises for a server that cannot serve us (RedisClusterException is
@@ -192,10 +267,17 @@ class LockKeys(NamedTuple):
     wake: str
     preempt: str
     slots: str
+    runs: str  # the fleet record: start and end events of recent runs (a stream)
+    last: str  # the fleet record: the newest finished run (a hash)
+    counts: str  # the fleet record: outcomes by status (a hash)
     base: str
 
     def done(self, key: str) -> str:
         return f"{self.base}:done:{key}"
+
+    def ended(self, run_id: str) -> str:
+        """A short-lived marker: this run's end is recorded (a retried release records it once)."""
+        return f"{self.base}:ended:{run_id}"
 
     def slot_info(self, token: str) -> str:
         return f"{self.base}:slot:{token}"
@@ -210,7 +292,8 @@ def lock_keys(prefix: str, name: str) -> LockKeys:
     base = f"{prefix}{{{name}}}"
     return LockKeys(
         lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake",
-        preempt=f"{base}:preempt", slots=f"{base}:slots", base=base,
+        preempt=f"{base}:preempt", slots=f"{base}:slots", runs=f"{base}:runs", last=f"{base}:last",
+        counts=f"{base}:counts", base=base,
     )
 
 
@@ -288,10 +371,12 @@ class RedisBackend:
     name = "redis"
 
     def __init__(
-        self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None
+        self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None,
+        fleet: FleetRetention = FleetRetention(),
     ) -> None:
         self.url = url
         self.prefix = prefix
+        self.fleet = fleet
         self.timeout = timeout
         self.connect_timeout = connect_timeout or timeout
         self.ca = ca
@@ -304,6 +389,11 @@ class RedisBackend:
         except ValueError as exc:
             raise UsageError(f"invalid Redis URL {self._redacted!r}: {exc}") from None
         self._waiter = None
+
+    @property
+    def is_cluster(self) -> bool:
+        """A Redis Cluster (not Sentinel): its pipelines split by node and cannot carry scripts."""
+        return self._cluster is not None and self._cluster.service is None
 
     def _make_client(self, timeout: float):
         """A client whose every call is bounded by ``timeout``: plain Redis, or a Redis Cluster."""
@@ -366,7 +456,7 @@ class RedisBackend:
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1,
+        slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         keys = lock_keys(self.prefix, name)
         ttl_ms = max(1, int(ttl * 1000))
@@ -374,13 +464,16 @@ class RedisBackend:
         for key, value in info.items():
             pairs += [key, value]
         done = [keys.done(once.key)] if once else []
+        retention = [self.fleet.max_events, self.fleet.keep_ms]
         sent_at = time.monotonic()
         if slots > 1:
-            script_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, *done]
-            reply = self._eval(SLOTS_ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, slots, *pairs])
+            script_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
+                           keys.counts, *done]
+            reply = self._eval(SLOTS_ACQUIRE_SCRIPT, script_keys,
+                               [token, ttl_ms, slots, int(last_try), *retention, *pairs])
         else:
-            script_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, *done]
-            reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, *pairs])
+            script_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done]
+            reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, int(last_try), *retention, *pairs])
         if int(reply[0]) == 1:
             return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once,
                          slots=slots)
@@ -402,33 +495,49 @@ class RedisBackend:
             reply = int(self._eval(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args))
         return {1: RENEWED, 2: PREEMPTED}.get(reply, LOST)
 
-    def release(self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "") -> bool:
+    def _record_args(self, keys: LockKeys, record: FleetRecord | None) -> tuple[list[str], list]:
+        """The fleet-record KEYS and ARGV of a release or clear script (FLEET_LUA's record_end)."""
+        run_id = record.row.get("run_id") if record else None
+        fleet_keys = [keys.runs, keys.last, keys.counts, keys.ended(run_id or "-")]
+        if record is None or not run_id:
+            return fleet_keys, [0, 0, "", "", "", 0, "", ""]
+        args = [self.fleet.max_events, self.fleet.keep_ms, record.row["status"], tail_for_fleet(record.output_tail),
+                record.row.get("ended_at") or "", int(record.at_once), run_id, row_json(record.row),
+                *fields_from_row(record.row)]
+        return fleet_keys, args
+
+    def release(
+        self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
+        record: FleetRecord | None = None,
+    ) -> bool:
         keys = lock_keys(self.prefix, lease.name)
         done = succeeded and lease.once is not None
+        done_key = [keys.done(lease.once.key)] if done else []
+        done_args = [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()] if done else [0, ""]
+        fleet_keys, fleet_args = self._record_args(keys, record)
         if lease.slots > 1:
-            script_keys = [keys.slots, keys.slot_count, keys.slot_info(lease.token), keys.wake]
-            args: list = [lease.token, WAKE_TTL_MS]
-            if done:
-                script_keys.append(keys.done(lease.once.key))
-                args += [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
-            return int(self._eval(SLOTS_RELEASE_SCRIPT, script_keys, args)) == 1
-        script_keys = [keys.lock, keys.info, keys.wake]
-        args = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, 0, ""]
-        if done:
-            script_keys.append(keys.done(lease.once.key))
-            args[4:] = [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()]
+            script_keys = [keys.slots, keys.slot_count, keys.slot_info(lease.token), keys.wake, *fleet_keys, *done_key]
+            return int(self._eval(SLOTS_RELEASE_SCRIPT, script_keys,
+                                  [lease.token, WAKE_TTL_MS, *done_args, *fleet_args])) == 1
+        script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, *done_key]
+        args = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
         return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
 
-    def clear(self, name: str, token: str) -> bool:
-        """Delete the lock (or the slot) only if it still holds ``token``, and wake one waiter."""
+    def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
+        """Delete the lock (or the slot) only if it still holds ``token``, and wake one waiter.
+
+        ``record`` (the unlock's own row) goes to the fleet record only when something was cleared.
+        """
         keys = lock_keys(self.prefix, name)
+        fleet_keys, fleet_args = self._record_args(keys, record)
         if self._is_slotted(keys):
             reply = self._eval(
-                SLOTS_RELEASE_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake],
-                [token, WAKE_TTL_MS],
+                SLOTS_RELEASE_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys],
+                [token, WAKE_TTL_MS, 0, "", *fleet_args],
             )
-            return int(reply) == 1
-        reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake], [token, WAKE_TTL_MS, 0, "", 0, ""])
+        else:
+            reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake, *fleet_keys],
+                               [token, WAKE_TTL_MS, 0, "", 0, "", *fleet_args])
         return int(reply) == 1
 
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
@@ -453,6 +562,12 @@ class RedisBackend:
             raise self._unavailable(exc) from None
 
     # -- inspection -----------------------------------------------------------------
+
+    def fleet_record(self):
+        """The fleet record every host writes into this Redis (read side: redis_fleet.py)."""
+        from lockrun.backends.redis_fleet import RedisFleetRecord
+
+        return RedisFleetRecord(self)
 
     def _is_slotted(self, keys: LockKeys) -> bool:
         try:

@@ -47,7 +47,9 @@ INVARIANTS = """\
 4. fencing tokens strictly increase (by one per grant) within each server lifetime, and each command saw its own;
 5. every lockrun process has exactly one ledger row, in a final status that matches its exit code
    (abandoned for the SIGKILLed ones), and no lockrun printed a traceback or hung;
-6. no command process outlives the soak.
+6. no command process outlives the soak;
+7. the fleet record: every run whose release script reached the server has exactly one end event in that
+   server lifetime's record, with the status and fencing token of its (final) ledger row; no run has two.
 """
 
 PY = sys.executable
@@ -143,6 +145,7 @@ class Soak:
         self.history: list[dict] = []  # the ledger, as `lockrun history --json` shows it
         self.evidence = "not checked yet"
         self.excused_overlaps = 0
+        self.fleet_ends_checked = 0  # runs whose fleet end event matched their ledger row
         self._live: dict[int, Invocation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -386,6 +389,7 @@ class Soak:
             *self._check_fencing(server.leases),  # 4
             *self._check_lockruns(commands),  # 5
             *self._check_orphans(),  # 6
+            *self._check_fleet_record(server),  # 7
         ]
 
     def _invocation_of(self, pid: int, at: float) -> Invocation | None:
@@ -488,6 +492,34 @@ class Soak:
                                 f"command saw {cmd.fencing_token}")
         return problems
 
+    def _check_fleet_record(self, server) -> list[str]:
+        problems = []
+        ends: dict[tuple[int, str], list[dict]] = {}
+        for event in server.fleet_events:
+            if event.kind == "end":
+                ends.setdefault((event.epoch, event.fields.get("run_id", "")), []).append(event.fields)
+        for (epoch, run_id), found in ends.items():
+            if len(found) > 1:
+                problems.append(f"run {run_id} has {len(found)} end events in Redis lifetime {epoch}'s fleet record")
+        final = {row["run_id"]: row for row in self.history if row["status"] not in ("running", "abandoned")}
+        for run_id, epochs in server.releases.items():
+            row = final.get(run_id)
+            for epoch in sorted(set(epochs)):
+                found = ends.get((epoch, run_id), [])
+                if len(found) != 1:
+                    problems.append(f"run {run_id}: its release ran in Redis lifetime {epoch}, which recorded "
+                                    f"{len(found)} end events for it")
+                    continue
+                if row is None:
+                    continue
+                self.fleet_ends_checked += 1
+                end = found[0]
+                if end.get("status") != row["status"] or end.get("fencing_token") != str(row["fencing_token"]):
+                    problems.append(f"run {run_id}: fleet end event says {end.get('status')}/fence "
+                                    f"{end.get('fencing_token')}, its ledger row {row['status']}/fence "
+                                    f"{row['fencing_token']}")
+        return problems
+
     def _check_orphans(self) -> list[str]:
         # Every lockrun has exited by now, and it waits for its command's group (or, killed, its
         # watchdog kills the group at once): anything left naming the soak's directory is an orphan.
@@ -509,7 +541,8 @@ class Soak:
             f"{len(self.invocations)} lockrun runs, {len(commands)} commands ran, exit codes "
             f"{dict(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}; "
             f"{len(self.faults)} faults {dict(sorted(kinds.items()))}; {len(self.epochs)} Redis lifetimes; "
-            f"{self.evidence}; {self.excused_overlaps} overlaps after a stolen key or a Redis death"
+            f"{self.evidence}; {self.excused_overlaps} overlaps after a stolen key or a Redis death; "
+            f"{self.fleet_ends_checked} fleet end events matched their ledger rows"
         )
 
     def fault_log(self) -> str:

@@ -123,9 +123,21 @@ class ServerLease:
 
 
 @dataclass
+class FleetEvent:
+    """An event a script appended to a name's ``runs`` stream (the fleet record)."""
+
+    epoch: int
+    name: str
+    kind: str  # start | end
+    fields: dict[str, str]
+
+
+@dataclass
 class Reconstruction:
     leases: list[ServerLease] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    fleet_events: list[FleetEvent] = field(default_factory=list)
+    releases: dict[str, list[int]] = field(default_factory=dict)  # run id -> epochs its release script ran in
 
     def by_run_id(self) -> dict[str, ServerLease]:
         return {lease.run_id: lease for lease in self.leases if lease.run_id}
@@ -137,6 +149,14 @@ def lock_name(key: str, prefix: str, kind: str = "lock") -> str | None:
     if key.startswith(prefix + "{") and key.endswith(suffix):
         return key[len(prefix) + 1:-len(suffix)]
     return None
+
+
+def _after(args: list[str], word: str) -> str | None:
+    """The argument that follows the first ``word`` in ``args`` (a field's value in ARGV pairs)."""
+    try:
+        return args[args.index(word) + 1]
+    except (ValueError, IndexError):
+        return None
 
 
 def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str = "lockrun:") -> Reconstruction:
@@ -177,6 +197,11 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
             if client != "lua":
                 context = args
                 pending = None
+                if verb in ("EVAL", "EVALSHA") and len(args) > 1 and "return released" in args[1]:
+                    # A release script reached the server: its ARGV carries the run's fleet row.
+                    run_id = _after(args, "run_id")
+                    if run_id:
+                        out.releases.setdefault(run_id, []).append(epoch)
                 # Anything else a client does to a lock key (the injector's steals) ends the lease.
                 if verb not in ("EVALSHA", "EVAL") and len(args) > 1:
                     name = lock_name(args[1], prefix)
@@ -185,6 +210,12 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 continue
             key = args[1] if len(args) > 1 else ""
             name = lock_name(key, prefix)
+            if verb == "XADD" and lock_name(key, prefix, "runs") and "*" in args:
+                fields = args[args.index("*") + 1:]
+                pairs = dict(zip(fields[0::2], fields[1::2]))
+                out.fleet_events.append(FleetEvent(epoch, lock_name(key, prefix, "runs"), pairs.get("event", ""),
+                                                   pairs))
+                continue
             if verb == "SET" and name and "NX" in (a.upper() for a in args[3:]):
                 ttl_ms = int(args[args.index("PX") + 1]) if "PX" in args else 0
                 pending = ServerLease(name, epoch, args[2], at, ttl_ms / 1000.0, at)

@@ -66,3 +66,37 @@ def test_renewing_or_deleting_a_lease_one_does_not_hold_is_a_violation():
     resurrect = grant(10.0, "aaa", 1, "r1") + ["+10.1 [0 unix:/s] " + q("DEL", LOCK), "+10.2 [0 lua] " +
                                                q("SET", LOCK, "aaa", "PX", "1000")]
     assert "SET without NX" in reconstruct([(0, resurrect, None)]).violations[0]
+
+
+RUNS = "lockrun:{j}:runs"
+
+
+def release_with_record(at: float, token: str, run_id: str, status: str, fence: int, recorded: int = 1) -> list[str]:
+    lines = [
+        f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVAL", "... record_end(...) return released", "3", LOCK, INFO, "w",
+                                             token, "5000", "run_id", run_id, "status", status),
+        f"+{at:.6f} [0 lua] " + q("DEL", LOCK, INFO),
+    ]
+    return lines + [f"+{at:.6f} [0 lua] " + q("XADD", RUNS, "MAXLEN", "~", "2000", "*", "event", "end", "run_id",
+                                              run_id, "status", status, "fencing_token", fence)] * recorded
+
+
+def _fleet_problems(lines: list[str], ledger: list[dict]) -> list[str]:
+    from types import SimpleNamespace
+
+    from tests.soak.harness import Soak
+
+    soak = SimpleNamespace(history=ledger, fleet_ends_checked=0)
+    return Soak._check_fleet_record(soak, reconstruct([(0, lines, None)]))
+
+
+def test_the_fleet_check_sees_a_missing_a_doubled_and_a_wrong_end_event():
+    row = {"run_id": "r1", "status": "succeeded", "fencing_token": 1}
+    good = grant(10.0, "aaa", 1, "r1") + release_with_record(10.5, "aaa", "r1", "succeeded", 1)
+    assert _fleet_problems(good, [row]) == []
+    missing = grant(10.0, "aaa", 1, "r1") + release_with_record(10.5, "aaa", "r1", "succeeded", 1, recorded=0)
+    assert "recorded 0 end events" in _fleet_problems(missing, [row])[0]
+    doubled = grant(10.0, "aaa", 1, "r1") + release_with_record(10.5, "aaa", "r1", "succeeded", 1, recorded=2)
+    assert any("2 end events" in p for p in _fleet_problems(doubled, [row]))
+    wrong = grant(10.0, "aaa", 1, "r1") + release_with_record(10.5, "aaa", "r1", "failed", 1)
+    assert "fleet end event says failed" in _fleet_problems(wrong, [row])[0]

@@ -33,3 +33,4 @@ def test_short_fault_soak_keeps_every_promise(tmp_path):
     codes = {inv.rc for inv in soak.invocations}
     assert {0, 76} <= codes, f"{replay}: exit codes {codes}"
     assert len(soak.epochs) > 1, replay
+    assert soak.fleet_ends_checked > 0, f"{replay}: no fleet end event was checked against the ledger"

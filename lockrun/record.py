@@ -1,0 +1,160 @@
+"""The shape of one run as every reader shows it (``history --json``), and its flat string form.
+
+The ledger stores runs in SQLite; the fleet record (README "One fleet, one memory")
+stores them in Redis as flat field/value strings, written by the lock scripts and read
+back by any host. Whatever comes back from Redis may have been written by someone else,
+so :func:`row_from_fields` accepts anything and keeps only values of the right type.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+# The fields of a run row, in the order ``history --json`` prints them.
+ROW_FIELDS = (
+    "run_id",
+    "name",
+    "status",
+    "exit_code",
+    "signal",
+    "host",
+    "pid",
+    "command",
+    "backend",
+    "started_at",
+    "ended_at",
+    "duration_s",
+    "fencing_token",
+    "once_key",
+    "error",
+    "note",
+    "exit_status",
+    "waited_s",
+)
+INT_FIELDS = frozenset({"exit_code", "signal", "pid", "fencing_token", "exit_status"})
+FLOAT_FIELDS = frozenset({"duration_s", "waited_s"})
+# Redis integers are signed 64-bit; anything wider was not written by lockrun.
+INT_LIMIT = 2**63
+# A field longer than this was not written by lockrun either (errors and notes are one line).
+TEXT_LIMIT = 4096
+# The output tail kept in the fleet's ``last`` record (the ledger keeps what --capture-tail asked).
+FLEET_TAIL_BYTES = 4096
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def parse_int(value: object) -> int | None:
+    """An integer from a stored string, or None when it is not one lockrun could have written."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    else:
+        text = _text(value).strip() if isinstance(value, (str, bytes)) else ""
+        if not text or len(text) > 20:
+            return None
+        try:
+            number = int(text)
+        except ValueError:
+            return None
+    return number if -INT_LIMIT <= number < INT_LIMIT else None
+
+
+def parse_float(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, (str, bytes)):
+        text = _text(value).strip()
+        if not text or len(text) > 40:
+            return None
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_command(value: object) -> list[str]:
+    """A JSON list of strings (an argv); anything else reads as an empty command."""
+    try:
+        parsed = json.loads(_text(value)) if isinstance(value, (str, bytes)) else value
+    except ValueError:
+        return []
+    if not isinstance(parsed, list):
+        return []
+    return [item for item in parsed if isinstance(item, str)]
+
+
+def fields_from_row(row: dict) -> list[str]:
+    """A run row as flat ``field, value, ...`` strings for the fleet record; None fields are left out."""
+    flat: list[str] = []
+    for field in ROW_FIELDS:
+        value = row.get(field)
+        if value is None or field in ("name", "backend"):  # the key names the lock; the record is Redis'
+            continue
+        if field == "command":
+            text = json.dumps(list(value))
+        elif field in FLOAT_FIELDS:
+            text = repr(float(value))
+        else:
+            text = str(value)
+        flat += [field, text]
+    return flat
+
+
+def row_json(row: dict) -> str:
+    """A run row as one JSON object (the fleet's ``last`` record keeps it so, to be read fast)."""
+    return json.dumps({field: row.get(field) for field in ROW_FIELDS if field not in ("name", "backend")})
+
+
+def fields_from_json(text: object) -> dict:
+    """The fields of a row kept as JSON (:func:`row_json`); anything unreadable is no fields."""
+    try:
+        parsed = json.loads(_text(text)) if isinstance(text, (str, bytes)) else None
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def row_from_fields(name: str, fields: dict, backend: str = "redis") -> dict:
+    """A run row from stored string fields, whoever wrote them.
+
+    Unknown fields are dropped, values of the wrong type read as None, text is cut
+    at TEXT_LIMIT: a hostile or broken record shows as a strange run, never as an error.
+    """
+    raw = {_text(key): value for key, value in fields.items()}
+    row: dict = {}
+    for field in ROW_FIELDS:
+        value = raw.get(field)
+        if field == "name":
+            row[field] = name
+        elif field == "backend":
+            row[field] = backend
+        elif field == "command":
+            row[field] = parse_command(value) if value is not None else []
+        elif field in INT_FIELDS:
+            row[field] = parse_int(value) if value is not None else None
+        elif field in FLOAT_FIELDS:
+            row[field] = parse_float(value) if value is not None else None
+        else:
+            row[field] = _text(value)[:TEXT_LIMIT] if value is not None else None
+    if not row["status"]:
+        row["status"] = "unknown"
+    return row
+
+
+def tail_for_fleet(tail: str | None) -> str:
+    """The last FLEET_TAIL_BYTES of an output tail, cut on a character boundary; "" for none."""
+    if not tail:
+        return ""
+    data = tail.encode("utf-8", "replace")
+    if len(data) <= FLEET_TAIL_BYTES:
+        return tail
+    return data[-FLEET_TAIL_BYTES:].decode("utf-8", "ignore")

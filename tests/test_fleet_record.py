@@ -1,0 +1,279 @@
+"""The fleet record: two "hosts" (own host name, own ledger) on one real Redis see each other's runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import (
+    RedisServer, client_commands, history, isolated_env, lockrun_argv, run_lockrun, spawn_lockrun, wait_until,
+)
+
+
+def test_status_on_one_host_shows_the_other_hosts_failure(hosts):
+    assert hosts.run("app-b", "-n", "job", "--", "sh", "-c", "exit 3").returncode == 3
+    lock = hosts.json("app-a", "status", "job")["locks"][0]
+    assert lock["state"] == "free"
+    assert (lock["last_run"]["status"], lock["last_run"]["exit_code"], lock["last_run"]["host"]) == ("failed", 3, "app-b")
+    table = hosts.run("app-a", "status", "job").stdout
+    assert "failed (3) on app-b" in table
+    # This host's own newer run wins over the fleet's older one, and the other way round.
+    assert hosts.run("app-a", "-n", "job", "--", "true").returncode == 0
+    assert hosts.json("app-b", "status", "job")["locks"][0]["last_run"]["host"] == "app-a"
+    assert hosts.json("app-a", "status", "job")["locks"][0]["last_run"]["status"] == "succeeded"
+
+
+def test_history_fleet_merges_every_host_newest_first(hosts):
+    for hostname, code in (("app-a", 0), ("app-b", 1), ("app-a", 2), ("app-b", 0)):
+        assert hosts.run(hostname, "-n", "nightly", "--", "sh", "-c", f"exit {code}").returncode == code
+    assert hosts.run("app-b", "-n", "other", "--", "true").returncode == 0
+    rows = hosts.json("app-a", "history", "--fleet")
+    assert [(r["name"], r["host"], r["exit_code"]) for r in rows] == [
+        ("other", "app-b", 0), ("nightly", "app-b", 0), ("nightly", "app-a", 2), ("nightly", "app-b", 1),
+        ("nightly", "app-a", 0),
+    ]
+    tokens = [r["fencing_token"] for r in rows if r["name"] == "nightly"]
+    assert tokens == sorted(tokens, reverse=True) and len(set(tokens)) == 4  # newest first
+    # The same row objects as history --json, from this host's ledger.
+    mine = hosts.json("app-a", "history")
+    assert len(mine) == 2
+    fleet_rows = {r["run_id"]: r for r in rows}
+    for row in mine:
+        shared = fleet_rows[row["run_id"]]
+        for key in ("run_id", "name", "status", "exit_code", "signal", "host", "pid", "command", "backend",
+                    "fencing_token", "once_key", "error"):
+            assert shared[key] == row[key], key
+        assert set(row) <= set(shared)
+    assert {r["host"] for r in hosts.json("app-a", "history", "--fleet", "--host", "app-b")} == {"app-b"}
+    assert len(hosts.json("app-a", "history", "--fleet", "nightly", "--limit", "2")) == 2
+    assert [r["exit_code"] for r in hosts.json("app-a", "history", "--fleet", "--status", "failed")] == [2, 1]
+    assert hosts.json("app-a", "history", "--fleet", "--since", "1h", "--host", "app-c") == []
+    table = hosts.run("app-a", "history", "--fleet").stdout
+    assert "app-b" in table and "app-a" in table
+
+
+def test_a_sigkilled_run_reads_running_then_abandoned(hosts, tmp_path):
+    flag = tmp_path / "started"
+    holder = hosts.spawn("app-b", "-n", "purge", "--ttl", "2", "--", "sh", "-c", f"touch {flag}; sleep 60")
+    try:
+        wait_until(flag.exists, what="the holder on app-b")
+        row = hosts.json("app-a", "history", "--fleet", "purge")[0]
+        assert (row["status"], row["host"], row["ended_at"]) == ("running", "app-b", None)
+        assert [r["run_id"] for r in hosts.json("app-a", "history", "--fleet", "--status", "running")] == [
+            row["run_id"]]
+        holder.send_signal(signal.SIGKILL)  # lockrun itself: no release, no end event
+        holder.wait(10)
+        wait_until(lambda: hosts.json("app-a", "history", "--fleet", "purge")[0]["status"] == "abandoned",
+                   timeout=30, what="the run to read abandoned once its lease expired")
+        assert hosts.json("app-a", "history", "--fleet", "--status", "abandoned")[0]["run_id"] == row["run_id"]
+        assert hosts.run("app-a", "-n", "purge", "--", "true").returncode == 0
+        rows = hosts.json("app-a", "history", "--fleet", "purge")
+        assert [r["status"] for r in rows] == ["succeeded", "abandoned"]
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def _samples(text: str) -> dict:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_metrics_fleet_counts_every_hosts_outcomes(hosts, tmp_path):
+    flag = tmp_path / "held"
+    holder = hosts.spawn("app-a", "-n", "etl", "--", "sh", "-c", f"touch {flag}; sleep 30")
+    try:
+        wait_until(flag.exists, what="the holder")
+        assert hosts.run("app-b", "-n", "etl", "--", "true").returncode == 75
+        assert hosts.run("app-b", "-n", "etl", "-w", "0.3", "--", "true").returncode == 75  # one busy, not three
+    finally:
+        holder.terminate()
+        holder.wait(30)
+    assert hosts.run("app-b", "-n", "etl", "--", "sh", "-c", "exit 4").returncode == 4
+    for _ in range(2):
+        assert hosts.run("app-a", "-n", "daily", "--once", "d1", "--", "true").returncode == 0
+    text = hosts.run("app-a", "metrics", "--fleet").stdout
+    samples = _samples(text)
+
+    def total(name, status):
+        return samples.get(("lockrun_runs_total", (("name", name), ("status", status))))
+
+    assert total("etl", "busy") == 2 and total("etl", "failed") == 1 and total("etl", "killed") == 1
+    assert total("daily", "succeeded") == 1 and total("daily", "duplicate") == 1
+    assert samples[("lockrun_last_exit_code", (("name", "etl"),))] == 4
+    assert ("lockrun_last_success_timestamp_seconds", (("name", "etl"),)) not in samples
+    assert samples[("lockrun_last_success_timestamp_seconds", (("name", "daily"),))] > time.time() - 120
+    # This host's own metrics know only its own runs.
+    own = _samples(hosts.run("app-b", "metrics").stdout)
+    assert ("lockrun_runs_total", (("name", "daily"), ("status", "succeeded"))) not in own
+
+
+def test_show_fleet_finds_another_hosts_run_with_its_tail(hosts):
+    result = hosts.run("app-b", "-n", "rep", "--capture-tail", "1k", "--", "sh", "-c", "echo report-done; exit 5")
+    assert result.returncode == 5 and result.stdout == "report-done\n"
+    run_id = hosts.json("app-b", "history")[0]["run_id"]
+    assert hosts.run("app-a", "show", run_id[:8]).returncode == 1
+    shown = hosts.json("app-a", "show", run_id[:8], "--fleet")
+    assert (shown["run_id"], shown["host"], shown["exit_code"], shown["output_tail"]) == (
+        run_id, "app-b", 5, "report-done\n")
+    assert [event["event"] for event in shown["events"]] == ["start", "end"]
+    text = hosts.run("app-a", "show", run_id[:8], "--fleet").stdout
+    assert "app-b" in text and "report-done" in text
+    assert hosts.run("app-a", "show", "ffffffff", "--fleet").returncode == 1
+
+
+def test_fleet_commands_exit_69_when_redis_is_down(hosts, redis_server):
+    assert hosts.run("app-a", "-n", "x", "--", "true").returncode == 0
+    redis_server.kill()
+    for args in (("history", "--fleet"), ("metrics", "--fleet"), ("show", "abcd1234", "--fleet")):
+        result = hosts.run("app-a", *args)
+        assert result.returncode == 69, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    plain = hosts.run("app-a", "history", "--json")  # needs no backend
+    assert plain.returncode == 0 and len(json.loads(plain.stdout)) == 1
+
+
+def test_an_uncontended_run_is_still_two_round_trips(redis_server, env):
+    for argv in (lockrun_argv("-n", "rt", "--", "true"), lockrun_argv("-n", "rt", "--slots", "2", "--", "true")):
+        assert client_commands(redis_server, argv, env) == ["EVAL", "EVAL"]
+    keys = redis_server.client().keys("lockrun:{rt}:*")
+    assert {b"lockrun:{rt}:runs", b"lockrun:{rt}:last", b"lockrun:{rt}:counts"} <= set(keys)
+
+
+def test_nothing_secret_in_the_record(tmp_path):
+    server = RedisServer(password="s3cret-pw").start()
+    try:
+        env = {**isolated_env(tmp_path), "LOCKRUN_REDIS_URL": server.url}
+        flag = tmp_path / "held"
+        holder = spawn_lockrun(env, "-n", "sec", "--", "sh", "-c", f"touch {flag}; sleep 30")
+        wait_until(flag.exists, what="the holder")
+        client = server.client()
+        token = client.get("lockrun:{sec}:lock")
+        assert run_lockrun(env, "-n", "sec", "--", "true").returncode == 75
+        holder.terminate()
+        holder.wait(30)
+        dump = b""
+        for key in client.scan_iter("lockrun:{sec}:*"):
+            kind = client.type(key)
+            if kind == b"stream":
+                dump += repr(client.xrange(key)).encode()
+            elif kind == b"hash":
+                dump += repr(client.hgetall(key)).encode()
+        assert b"run_id" in dump and token not in dump and b"s3cret-pw" not in dump
+        assert b"redis://" not in dump and b"unix://" not in dump
+    finally:
+        server.cleanup()
+
+
+def test_a_record_that_cannot_be_written_changes_nothing(env, redis_server):
+    client = redis_server.client()
+    for kind in ("runs", "last", "counts"):
+        client.set(f"lockrun:{{bad}}:{kind}", "not what lockrun wrote")
+    result = run_lockrun(env, "-n", "bad", "--", "sh", "-c", "exit 7")
+    assert (result.returncode, result.stderr) == (7, "")
+    assert client.exists("lockrun:{bad}:lock") == 0  # released all the same
+    assert run_lockrun(env, "-n", "bad", "--", "true").returncode == 0
+    assert history(env)[0]["status"] == "succeeded"
+    assert json.loads(run_lockrun(env, "history", "--fleet", "--json").stdout) == []
+    assert run_lockrun(env, "metrics", "--fleet").returncode == 0
+    assert run_lockrun(env, "status", "bad").returncode == 0
+
+
+@pytest.mark.parametrize("fields", [
+    {"event": "end", "run_id": "r1", "status": "x" * 10000, "pid": "99999999999999999999999", "command": "[1, 2]"},
+    {"event": "start", "run_id": "r2", "started_at": "[1]", "fencing_token": "-"},
+    {"event": "end"},
+    {"event": "nonsense", "run_id": "r3"},
+    {"run_id": "r4", "exit_code": "1e400", "duration_s": "nan", "ended_at": "\x1b[31mred"},
+])
+def test_records_written_by_someone_else_read_as_strange_runs(env, redis_server, fields):
+    client = redis_server.client()
+    client.xadd("lockrun:{odd}:runs", fields)
+    client.hset("lockrun:{odd}:last", mapping={k: v for k, v in fields.items() if k != "event"} or {"x": "y"})
+    client.hset("lockrun:{odd}:counts", mapping={"failed": "many", "Ünïcode": 3, "busy": "-2", "succeeded": 1})
+    for args in (("history", "--fleet"), ("history", "--fleet", "--json"), ("metrics", "--fleet"),
+                 ("status", "odd"), ("status", "odd", "--json"), ("show", "abcd", "--fleet")):
+        result = run_lockrun(env, *args)
+        assert result.returncode in (0, 1), (args, result.stderr)
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert run_lockrun(env, "-n", "odd", "--", "true").returncode == 0
+    rows = json.loads(run_lockrun(env, "history", "--fleet", "odd", "--json").stdout)
+    assert rows[0]["status"] == "succeeded"
+    samples = _samples(run_lockrun(env, "metrics", "--fleet").stdout)
+    assert samples[("lockrun_runs_total", (("name", "odd"), ("status", "succeeded")))] == 2
+
+
+def test_retention_bounds_the_record(tmp_path, redis_server):
+    from lockrun.backends import FleetRecord, FleetRetention, Lease
+    from lockrun.backends.redis import RedisBackend
+
+    backend = RedisBackend(redis_server.url, "lockrun:", 2.0, fleet=FleetRetention(keep_runs=10, keep_days=2))
+    try:
+        for i in range(400):
+            lease = backend.acquire("ret", f"token{i}", 5.0, {"run_id": f"run{i}", "host": "h"})
+            assert isinstance(lease, Lease)
+            row = {"run_id": f"run{i}", "status": "succeeded", "host": "h", "exit_code": 0,
+                   "ended_at": "2026-12-01T00:00:00.000000Z"}
+            assert backend.release(lease, record=FleetRecord(row))
+    finally:
+        backend.close()
+    client = redis_server.client()
+    length = client.xlen("lockrun:{ret}:runs")
+    assert 20 <= length < 800  # at least the newest 10 runs (two events each), trimmed approximately
+    newest = client.xrevrange("lockrun:{ret}:runs", count=2)
+    assert [e[1][b"run_id"] for e in newest] == [b"run399", b"run399"]
+    for kind in ("runs", "last", "counts"):
+        assert 0 < client.pttl(f"lockrun:{{ret}}:{kind}") <= 2 * 86400 * 1000
+    assert client.hget("lockrun:{ret}:counts", "succeeded") == b"400"
+
+
+def test_a_retried_release_records_the_end_once(redis_server):
+    from lockrun.backends import FleetRecord, Lease
+    from lockrun.backends.redis import RedisBackend
+
+    backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
+    try:
+        lease = backend.acquire("twice", "tok", 5.0, {"run_id": "r1"})
+        record = FleetRecord({"run_id": "r1", "status": "succeeded"})
+        assert backend.release(lease, record=record) is True
+        assert backend.release(lease, record=record) is False  # a retry after a lost reply
+    finally:
+        backend.close()
+    events = [e[1][b"event"] for e in redis_server.client().xrange("lockrun:{twice}:runs")]
+    assert events == [b"start", b"end"]
+    assert redis_server.client().hget("lockrun:{twice}:counts", "succeeded") == b"1"
+
+
+def test_local_backend_fleet_is_this_host(local_env):
+    assert run_lockrun(local_env, "-n", "loc", "--", "sh", "-c", "exit 2").returncode == 2
+    rows = history(local_env, "--fleet")
+    assert [(r["name"], r["exit_code"], r["backend"]) for r in rows] == [("loc", 2, "local")]
+    assert "lockrun_runs_total" in run_lockrun(local_env, "metrics", "--fleet").stdout
+    assert run_lockrun(local_env, "show", rows[0]["run_id"][:8], "--fleet").returncode == 0
+
+
+def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path):
+    assert hosts.run("app-a", "-n", "z", "--", "sh", "-c", "exit 9").returncode == 9
+    flag = tmp_path / "held"
+    holder = hosts.spawn("app-a", "-n", "z", "--ttl", "30", "--", "sh", "-c", f"touch {flag}; sleep 60")
+    try:
+        wait_until(flag.exists, what="the holder")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        cleared = hosts.run("app-b", "unlock", "z", "--force", "--yes")
+        assert cleared.returncode == 0, cleared.stderr
+    finally:
+        holder.kill()
+        holder.wait(10)
+    rows = hosts.json("app-a", "history", "--fleet", "z")
+    assert [(r["status"], r["host"]) for r in rows] == [("unlocked", "app-b"), ("abandoned", "app-a"),
+                                                        ("failed", "app-a")]
+    last = hosts.json("app-b", "status", "z")["locks"][0]["last_run"]
+    assert (last["status"], last["exit_code"]) == ("failed", 9)
