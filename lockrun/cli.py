@@ -474,7 +474,7 @@ def _fleet_history(record, backend, name, host_filter, limit, status_filter, sin
 
     from lockrun import fleet
 
-    since_ms = int((time.time() - since) * 1000) if since is not None else None
+    since_ms = max(0, int((time.time() - since) * 1000)) if since is not None else None
     return fleet.history(record, backend.holders, name, host=host_filter, limit=limit, status=status_filter,
                          since_ms=since_ms)
 
