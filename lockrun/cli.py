@@ -57,6 +57,7 @@ def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
 
 
 DURATION = Validated("DURATION", settings.parse_duration)
+MIN_HOLD = Validated("DURATION", settings.parse_min_hold)
 LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: settings.validate_redis_url(value), echo_value=False)
 
@@ -78,8 +79,21 @@ class LockrunGroup(click.Group):
 
     def parse_args(self, ctx, args):
         if args and args[0].startswith("-") and args[0] not in TOP_LEVEL_ONLY:
-            args = ["run", *args]
+            args = self._subcommand_after_globals(args) or ["run", *args]
         return super().parse_args(ctx, args)
+
+    def _subcommand_after_globals(self, args: list[str]) -> list[str] | None:
+        """``lockrun --config F status`` is ``lockrun status --config F``.
+
+        Global options (those every subcommand accepts) may come before a subcommand's
+        name; they move behind it. Anything else first (``-n``, ``--``) is the bare form.
+        """
+        i = 0
+        while i < len(args) and args[i].split("=", 1)[0] in GLOBAL_OPTION_NAMES:
+            i += 1 if "=" in args[i] else 2
+        if 0 < i < len(args) and args[i] in self.commands:
+            return [args[i], *args[:i], *args[i + 1:]]
+        return None
 
 
 def _remember_global(ctx, param, value):
@@ -89,6 +103,7 @@ def _remember_global(ctx, param, value):
 
 # Global options are not parameters of each command: a callback keeps them in ctx.meta.
 _GLOBAL = {"expose_value": False, "callback": _remember_global, "is_eager": True}
+GLOBAL_OPTION_NAMES = ("--config", "--redis-url", "--redis-ca", "--prefix", "--ledger")
 
 
 def global_options(fn):
@@ -141,13 +156,15 @@ def cli() -> None:
 @click.option("-n", "--name", type=LOCK_NAME,
               help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
 @click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
-              help="Lease length in seconds, at least 1; renewed every TTL/3 [default: 60].")
+              help=f"Lease length in seconds, {settings.seconds_range(1)}; renewed every TTL/3 [default: 60].")
 @click.option("-w", "--wait", type=seconds_type(allow_zero=True),
-              help="Wait up to SECONDS for a busy lock [default: 0 (give up at once); with --replace, the holder's "
-                   "TTL + --kill-after].")
-@click.option("--timeout", type=seconds_type(), help="Stop the command after SECONDS; exit 124.")
+              help=f"Wait up to SECONDS ({settings.seconds_range(allow_zero=True)}) for a busy lock [default: 0 (give"
+                   " up at once); with --replace, the holder's TTL + --kill-after].")
+@click.option("--timeout", type=seconds_type(),
+              help=f"Stop the command after SECONDS ({settings.seconds_range()}); exit 124.")
 @click.option("--kill-after", type=seconds_type(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
-              help="Grace between SIGTERM and SIGKILL when stopping the command.")
+              help=f"Grace in seconds ({settings.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
+                   "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
               help="What to do when the lease cannot be kept.")
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
@@ -155,13 +172,14 @@ def cli() -> None:
 @click.option("--once", "once", metavar="KEY",
               help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
-              help="How long a succeeded --once key is kept.")
-@click.option("--slots", type=click.IntRange(1, 10000), metavar="N", default=1, show_default=True,
-              help="Allow up to N holders of the name at once across hosts (a semaphore); each holder has its own "
-                   "token and fencing token. Every caller of one name must use the same N.")
-@click.option("--min-hold", type=DURATION,
-              help="Keep the lock taken until at least DURATION after acquisition, so a host whose clock lags "
-                   "cannot rerun a short job; status shows such a lock as cooling (config: min_hold).")
+              help=f"How long a succeeded --once key is kept (at most {settings.MAX_DURATION_TEXT}).")
+@click.option("--slots", type=click.IntRange(1, settings.MAX_SLOTS), metavar="N", default=1, show_default=True,
+              help=f"Allow up to N (1 to {settings.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
+                   " each holder has its own token and fencing token. Every caller of one name must use the same N.")
+@click.option("--min-hold", type=MIN_HOLD,
+              help=f"Keep the lock taken until at least DURATION (at most {settings.MAX_MIN_HOLD_TEXT}) after "
+                   "acquisition, so a host whose clock lags cannot rerun a short job; status shows such a lock as "
+                   "cooling (config: min_hold).")
 @click.option("--replace", is_flag=True,
               help="Ask the current holder to stop (it exits 76 with ledger status preempted), wait for its "
                    "release, then run; never two at once.")
@@ -250,15 +268,23 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
 # --- status, unlock, history, prune ----------------------------------------------------------------
 
 
-def _open_ledger_for_reading(path):
-    """The ledger if there is one; a ledger that exists but cannot be read is one warning line."""
+def _open_ledger_for_reading(path, required: bool = True):
+    """The ledger if there is one (None if there is none yet).
+
+    One that exists but cannot be read is an error (exit 1) for the commands whose whole
+    job is the ledger; ``status`` (``required=False``) only warns and shows the backend.
+    """
+    import os
+
     from lockrun.ledger import Ledger
 
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
         return Ledger(path).open(create=False)
     except LedgerError as exc:
+        if required:
+            raise LedgerError(f"cannot read the run ledger: {exc}") from None
         _say(f"warning: cannot read the run ledger ({exc})")
         return None
 
@@ -302,7 +328,7 @@ def status(ctx, names, as_json):
 
     resolved = _settings(ctx)
     backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
-    book = _open_ledger_for_reading(resolved.ledger_path)
+    book = _open_ledger_for_reading(resolved.ledger_path, required=False)
     wanted = list(names) if names else None
     error = None
     try:
@@ -382,7 +408,9 @@ def _unlock_one(unlocking, backend, inspection, force: bool, yes: bool, ledger_p
     for line in inspection.describe():
         click.echo(line)
     if not inspection.clearable and not force:
-        _say(f"refusing to clear {name!r}: its holder looks alive, and clearing it could run the job twice;"
+        why = ("it is malformed, and nothing shows that its holder is gone" if inspection.holder.problem
+               else "its holder looks alive")
+        _say(f"refusing to clear {name!r}: {why}, and clearing it could run the job twice;"
              " if you are sure, run: lockrun unlock --force " + name)
         return 1
     if not yes:
@@ -413,10 +441,11 @@ STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeou
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("name", required=False, type=LOCK_NAME, shell_complete=complete_lock_names)
-@click.option("--limit", type=click.IntRange(min=1), metavar="N", default=20, show_default=True,
-              help="Show at most N runs.")
+@click.option("--limit", type=click.IntRange(1, settings.MAX_HISTORY_LIMIT), metavar="N", default=20,
+              show_default=True, help=f"Show at most N runs (1 to {settings.MAX_HISTORY_LIMIT}).")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
-@click.option("--since", type=DURATION, help="Only runs started within DURATION (90m, 12h, 7d).")
+@click.option("--since", type=DURATION,
+              help=f"Only runs started within DURATION (90m, 12h, 7d; at most {settings.MAX_DURATION_TEXT}).")
 @click.option("--fleet", is_flag=True,
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @click.option("--host", "host_filter", metavar="HOST", help="Only runs recorded by this host name (useful with --fleet).")
@@ -480,7 +509,8 @@ def _fleet_history(record, backend, name, host_filter, limit, status_filter, sin
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--older-than", type=DURATION, required=True, help="Delete finished runs older than DURATION.")
+@click.option("--older-than", type=DURATION, required=True,
+              help=f"Delete finished runs older than DURATION (90d; at most {settings.MAX_DURATION_TEXT}).")
 @global_options
 @click.pass_context
 def prune(ctx, older_than):

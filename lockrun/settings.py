@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from lockrun.errors import ConfigError, UsageError
+from lockrun.safefs import UnsafePath, check_owner_and_mode
 
 DEFAULT_TTL = 60.0
 DEFAULT_PREFIX = "lockrun:"
@@ -35,6 +36,36 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+
+
+# --- ranges: every number lockrun accepts has one, checked when it is parsed (exit 2, or 78 in a
+# config file). The README's "Ranges" table and --help quote these constants. -------------------
+
+#: The longest lease, --wait, --timeout, --kill-after and --min-hold: 365 days. A lease
+#: travels as milliseconds to Redis (PX), as a time_t to the backstop timer and as a
+#: timeout to thread and select waits; the last overflow at about 292 years on 64-bit
+#: Linux, so a year leaves room for every sum lockrun makes of them.
+MAX_SECONDS = 365 * 86400
+#: The longest --remember, history --since and prune --older-than: 100 years (36500d),
+#: well inside what ISO timestamps (year 9999) and Redis expiries can hold.
+MAX_DURATION_S = 36500 * 86400
+#: ledger_keep_days: 1 to 36500 (100 years).
+MAX_KEEP_DAYS = 36500
+#: socket_timeout / connect_timeout in the config: more than 0, at most 300 s (and a run
+#: caps them at TTL/3 anyway).
+MAX_CALL_TIMEOUT_S = 300
+#: history --limit: 1 to 1,000,000,000 rows.
+MAX_HISTORY_LIMIT = 1_000_000_000
+#: --slots: 1 to 10,000 holders.
+MAX_SLOTS = 10_000
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g}d"
+
+
+MAX_DURATION_TEXT = _days(MAX_DURATION_S)  # "36500d", as --help says it
+MAX_MIN_HOLD_TEXT = _days(MAX_SECONDS)  # "365d"
 
 
 # --- single values ------------------------------------------------------------------
@@ -80,25 +111,44 @@ def default_name(argv: list[str]) -> str:
     return "cmd-" + digest.hexdigest()[:12]
 
 
-def parse_seconds(text: str, what: str, *, minimum: float = 0.0, allow_zero: bool = False) -> float:
-    """A positive decimal number of seconds (``--wait`` also accepts 0)."""
+def seconds_range(minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS) -> str:
+    """How --help and messages state a seconds option's range:
+    ``at least 1 and at most 31536000 (365 days)``."""
+    low = f"at least {minimum:g}" if minimum > 0 else ("0 or more" if allow_zero else "more than 0")
+    return f"{low} and at most {maximum:.0f} ({maximum / 86400:g} days)"
+
+
+def parse_seconds(
+    text: str, what: str, *, minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """A positive decimal number of seconds (``--wait`` also accepts 0), at most ``maximum``."""
     text = str(text).strip()
     value = float(text) if _SECONDS_RE.fullmatch(text) else math.nan
-    ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and value >= minimum
+    ok = (
+        math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
+    )
     if not ok:
-        expected = "a number of seconds >= 0" if allow_zero else "a positive number of seconds"
-        if minimum > 0:
-            expected += f" (at least {minimum:g})"
-        raise UsageError(f"invalid {what} {text!r}: expected {expected}")
+        raise UsageError(
+            f"invalid {what} {text!r}: expected a number of seconds, {seconds_range(minimum, allow_zero, maximum)}"
+        )
     return value
 
 
-def parse_duration(text: str, what: str) -> float:
-    """A number with a unit: ``90s``, ``15m``, ``12h``, ``7d`` -> seconds."""
+def parse_duration(text: str, what: str, maximum: float = MAX_DURATION_S) -> float:
+    """A number with a unit: ``90s``, ``15m``, ``12h``, ``7d`` -> seconds, at most ``maximum``."""
     match = _DURATION_RE.fullmatch(str(text).strip())
-    if not match or float(match.group(1)) <= 0:
-        raise UsageError(f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)] if match else math.nan
+    if not (0 < seconds <= maximum):  # also false for NaN and for an infinity from too many digits
+        raise UsageError(
+            f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d),"
+            f" at most {_days(maximum)}"
+        )
+    return seconds
+
+
+def parse_min_hold(text: str, what: str) -> float:
+    """``--min-hold``: a duration that keeps a lock taken, so no longer than a lease may be."""
+    return parse_duration(text, what, maximum=MAX_SECONDS)
 
 
 _SIZE_RE = re.compile(r"(\d+)([kKmM]?)[bB]?")
@@ -177,7 +227,29 @@ def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = U
         )
     if parts.scheme == "unix" and not parts.path:
         raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
+    allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
+    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
+            raise error(f"invalid Redis URL {redact_url(url)!r}: {key} applies to rediss:// (TLS) URLs only")
+        if key not in allowed + TLS_QUERY_PARAMETERS:
+            raise error(
+                f"invalid Redis URL {redact_url(url)!r}: unknown query parameter {key!r}"
+                f" (known: {', '.join(allowed)}; with rediss://: ssl_*)"
+            )
     return url
+
+
+#: The query parameters a redis:// or unix:// URL may carry (redis-py reads them; the
+#: timeouts and retries lockrun sets itself win over the URL's).
+URL_QUERY_PARAMETERS = (
+    "db", "username", "password", "client_name", "socket_timeout", "socket_connect_timeout",
+    "health_check_interval", "retry_on_timeout", "max_connections", "protocol", "socket_read_size",
+)
+#: ... and these only a rediss:// URL (anything else is refused before a client is built).
+TLS_QUERY_PARAMETERS = (
+    "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    "ssl_cert_reqs", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers",
+)
 
 
 class ClusterURL(NamedTuple):
@@ -222,6 +294,35 @@ def parse_cluster_url(url: str) -> ClusterURL:
     return ClusterURL(nodes, username, password, scheme.startswith("rediss"), service, db)
 
 
+def without_password(url: str) -> str:
+    """The URL with its password removed (userinfo and ``?password=``), for the command's environment.
+
+    A lockrun inside the command still finds the server; the password it needs comes
+    from a password file (``redis_password_file``, ``LOCKRUN_REDIS_PASSWORD_FILE``).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, hash_, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}@{hosts}" if user else hosts
+    if query:
+        query = "&".join(pair for pair in query.split("&") if pair.split("=", 1)[0].lower() != "password")
+    return f"{scheme}://{netloc}{slash}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if hash_ else "")
+
+
+def environment_for_command(environ: dict[str, str]) -> dict[str, str]:
+    """lockrun's environment minus its own secrets: what the command may inherit."""
+    env = dict(environ)
+    if env.get("LOCKRUN_REDIS_URL"):
+        env["LOCKRUN_REDIS_URL"] = without_password(env["LOCKRUN_REDIS_URL"])
+    return env
+
+
 def redact_url(url: str) -> str:
     """The URL with any password (userinfo or ``?password=``) replaced by ``***``."""
     try:
@@ -260,19 +361,23 @@ MAX_FLEET_KEEP_DAYS = 3650
 CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "redis_url": ((str,), "a string (redis://, rediss:// or unix:// URL)"),
     "redis_ca": ((str,), "a string (path of the CA certificates that verify a rediss:// server)"),
+    "redis_password_file": ((str,), "a string (path of a file whose first line is the Redis password)"),
     "prefix": ((str,), "a string"),
     "ledger": ((str,), "a string (path of the SQLite ledger)"),
     "state_dir": ((str,), "a string (directory)"),
-    "ttl": ((int, float), "a number of seconds >= 1"),
-    "ledger_keep_days": ((int,), "a whole number of days >= 1"),
+    "ttl": ((int, float), f"a number of seconds from 1 to {MAX_SECONDS}"),
+    "ledger_keep_days": ((int,), f"a whole number of days from 1 to {MAX_KEEP_DAYS}"),
     "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
     "notify_urls": ((list,), "a list of http:// or https:// URLs"),
-    "min_hold": ((str,), "a duration string such as \"30s\" or \"5m\""),
-    "socket_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
-    "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
-    "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
-    "connect_timeout": ((int, float), "a positive number of seconds (capped at TTL/3)"),
+    "min_hold": ((str,), f"a duration string such as \"30s\" or \"5m\", at most {_days(MAX_SECONDS)}"),
+    "socket_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
+                                     " (a run caps it at TTL/3)"),
+    "connect_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
+                                      " (a run caps it at TTL/3)"),
 }
+
+#: A config file larger than this is not a config file.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def default_config_paths() -> list[Path]:
@@ -294,6 +399,68 @@ def _line_of(text: str, key: str) -> int | None:
     return None
 
 
+def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError, private: bool = False) -> bytes:
+    """A file's bytes, read through one descriptor whose owner and mode were checked first.
+
+    As sudo and ssh do: owned by root or by the user lockrun runs as, writable by nobody
+    else. With ``private`` (a password), others may not read it either.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise error(f"{what} {path} is not a regular file")
+            try:
+                check_owner_and_mode(path, st, what)
+            except UnsafePath as exc:
+                raise error(str(exc)) from None
+            if private and st.st_mode & stat.S_IRWXO:
+                raise error(
+                    f"{what} {path} can be read by others (mode {stat.S_IMODE(st.st_mode):04o}); refusing it:"
+                    f" chmod o-rwx {path}"
+                )
+            os.set_blocking(fd, True)
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise error(f"{what} {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data
+
+
+def _check_config_value(key: str, value, expected: str, where: str) -> None:
+    """Raise ConfigError unless ``value`` (of the right type already) is within the key's range."""
+    def refuse(reason: str = "") -> None:
+        raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
+
+    if key == "ttl" and not (math.isfinite(value) and 1 <= value <= MAX_SECONDS):
+        refuse(f", not {value!r}")
+    if key == "ledger_keep_days" and not 1 <= value <= MAX_KEEP_DAYS:
+        refuse(f", not {value!r}")
+    if key in ("socket_timeout", "connect_timeout") and not (math.isfinite(value) and 0 < value <= MAX_CALL_TIMEOUT_S):
+        refuse(f", not {value!r}")
+    if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
+        refuse(f", not {value!r}")
+    if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
+        refuse(f", not {value!r}")
+    if key == "notify_urls" and not all(isinstance(url, str) for url in value):
+        refuse()
+    try:
+        if key == "min_hold":
+            parse_min_hold(value, "min_hold")
+        if key == "notify_urls":
+            for url in value:
+                validate_http_url(url, "notify_urls entry")
+        if key == "redis_url":
+            validate_redis_url(value)
+    except UsageError as exc:
+        raise ConfigError(f"config file {where}: {exc}") from None
+
+
 def load_config(explicit: str | None) -> tuple[Path | None, dict]:
     """Read the first config file that exists; a file named explicitly must exist."""
     if explicit:
@@ -307,12 +474,9 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
         return None, {}
     path = candidates[0]
     try:
-        mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = _read_trusted(path, "config file").decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path}: cannot read it: {exc}") from None
-    if mode & stat.S_IWOTH:
-        raise ConfigError(f"config file {path} is world-writable; refusing it (it could redirect locks): chmod o-w {path}")
     try:
         data = _toml_loads(text) if text.strip() else {}  # an empty file is valid, and parsing it costs an import
     except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
@@ -326,35 +490,20 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
         types, expected = CONFIG_KEYS[key]
         if isinstance(value, bool) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
-        if key == "ttl" and not (math.isfinite(value) and value >= 1):
-            raise ConfigError(f"config file {where}: ttl must be {expected}")
-        if key == "ledger_keep_days" and value < 1:
-            raise ConfigError(f"config file {where}: ledger_keep_days must be {expected}")
-        if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
-            raise ConfigError(f"config file {where}: fleet_keep_runs must be {expected}")
-        if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
-            raise ConfigError(f"config file {where}: fleet_keep_days must be {expected}")
-        if key in ("socket_timeout", "connect_timeout") and not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"config file {where}: {key} must be {expected}")
-        if key == "min_hold":
-            try:
-                parse_duration(value, "min_hold")
-            except UsageError as exc:
-                raise ConfigError(f"config file {where}: {exc}") from None
-        if key == "notify_urls":
-            if not all(isinstance(url, str) for url in value):
-                raise ConfigError(f"config file {where}: notify_urls must be {expected}")
-            for url in value:
-                try:
-                    validate_http_url(url, "notify_urls entry")
-                except UsageError as exc:
-                    raise ConfigError(f"config file {where}: {exc}") from None
-        if key == "redis_url":
-            try:
-                validate_redis_url(value, ConfigError)
-            except ConfigError as exc:
-                raise ConfigError(f"config file {where}: {exc}") from None
+        _check_config_value(key, value, expected, where)
     return path, data
+
+
+def read_password_file(path: Path) -> str:
+    """The Redis password: the file's first line. The file must be ours or root's, and private."""
+    data = _read_trusted(path, "Redis password file", private=True)
+    try:
+        password = data.decode("utf-8").splitlines()[0] if data.strip() else ""
+    except UnicodeDecodeError:
+        raise ConfigError(f"Redis password file {path} is not UTF-8 text") from None
+    if not password:
+        raise ConfigError(f"Redis password file {path} is empty")
+    return password
 
 
 # --- resolved settings ------------------------------------------------------------------
@@ -378,6 +527,7 @@ class Settings(NamedTuple):
     min_hold: float | None = None
     fleet_keep_runs: int = DEFAULT_FLEET_KEEP_RUNS
     fleet_keep_days: int = DEFAULT_FLEET_KEEP_DAYS
+    redis_password_file: Path | None = None  # the password, kept out of argv and the environment
 
     @property
     def backend_name(self) -> str:
@@ -386,6 +536,10 @@ class Settings(NamedTuple):
     @property
     def redacted_url(self) -> str | None:
         return redact_url(self.redis_url) if self.redis_url else None
+
+    def redis_password(self) -> str | None:
+        """The password from the password file, if one is configured (read only when Redis is used)."""
+        return read_password_file(self.redis_password_file) if self.redis_password_file else None
 
 
 def default_state_dir() -> Path:
@@ -413,6 +567,7 @@ def resolve(
         validate_redis_url(redis_url)
     redis_url = redis_url if redis_url is not None else file.get("redis_url")
     ledger_path = Path(ledger or file.get("ledger") or state_dir / "ledger.db").expanduser()
+    password_file = os.environ.get("LOCKRUN_REDIS_PASSWORD_FILE") or file.get("redis_password_file")
     return Settings(
         redis_url=redis_url or None,
         prefix=prefix if prefix is not None else file.get("prefix", DEFAULT_PREFIX),
@@ -423,10 +578,11 @@ def resolve(
         ledger_keep_days=file.get("ledger_keep_days"),
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
         notify_urls=tuple(file.get("notify_urls", ())),
-        min_hold=parse_duration(file["min_hold"], "min_hold") if file.get("min_hold") else None,
+        min_hold=parse_min_hold(file["min_hold"], "min_hold") if file.get("min_hold") else None,
         redis_ca=redis_ca or file.get("redis_ca"),
         socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,
         connect_timeout=float(file["connect_timeout"]) if "connect_timeout" in file else None,
         fleet_keep_runs=file.get("fleet_keep_runs", DEFAULT_FLEET_KEEP_RUNS),
         fleet_keep_days=file.get("fleet_keep_days", DEFAULT_FLEET_KEEP_DAYS),
+        redis_password_file=Path(password_file).expanduser() if password_file else None,
     )

@@ -126,5 +126,5 @@ def test_world_writable_config_refused(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("")
     os.chmod(config, 0o666)
-    with pytest.raises(ConfigError, match="world-writable"):
+    with pytest.raises(ConfigError, match="writable by group or others"):
         settings.load_config(str(config))
