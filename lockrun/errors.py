@@ -67,6 +67,11 @@ class BackendUnavailable(LockrunError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class ForeignData(BackendUnavailable):
+    """The backend holds data for this lock that lockrun did not write and cannot use
+    (a Redis key of another type, a file that is not a regular file)."""
+
+
 class CommandNotRunnable(LockrunError):
     """The command could not be executed: not found (127) or not executable (126)."""
 

@@ -23,8 +23,18 @@ def boot_id() -> str:
         return ""
 
 
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
+
+
+def valid_pid(pid) -> bool:
+    """Could ``pid`` be a process id at all? (Records read back may hold anything.)"""
+    return isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid <= PID_MAX
+
+
 def process_start(pid: int) -> int | None:
     """The process start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    if not valid_pid(pid):
+        return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -49,7 +59,7 @@ def same_process_alive(pid: int | None, start: int | None) -> bool:
 
     Without a recorded start time only existence is checked.
     """
-    if not pid or pid <= 0:
+    if not valid_pid(pid):
         return False
     if start is None:
         try:
@@ -68,10 +78,13 @@ def known_dead(host: str | None, boot: str | None, pid: int | None, start: int |
     That needs the record to come from this host: either from an earlier boot
     (every process of it is gone), or from this boot with a pid that no longer
     runs the process that started at ``start``. A record from another host is
-    never judged here.
+    never judged here, nor one whose pid is missing or could not be a process id
+    (someone else wrote it: when unsure, the holder is presumed alive).
     """
     if not host or host != hostname():
         return False
     if boot and boot_id() and boot != boot_id():
         return True
+    if not valid_pid(pid):
+        return False
     return not same_process_alive(pid, start)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import time
 from typing import NamedTuple
 from pathlib import Path
@@ -18,6 +19,13 @@ from pathlib import Path
 from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
+from lockrun.safefs import UnsafePath, private_dir
+
+# Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
+# (an integer past 64 bits) is an OverflowError.
+SQL_ERRORS = (sqlite3.Error, OverflowError)
+# The files SQLite opens beside the database (WAL mode): none of them may be a link.
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 15000
@@ -123,15 +131,33 @@ class RunRecord(NamedTuple):
     fencing_token: int | None = None
 
 
+def _command_list(stored) -> list[str]:
+    """The stored JSON argv as a list of strings, whatever the row holds."""
+    try:
+        command = json.loads(stored) if isinstance(stored, str) else stored
+    except (ValueError, RecursionError):
+        command = None
+    if isinstance(command, list) and all(isinstance(arg, str) for arg in command):
+        return command
+    return [str(stored)] if stored not in (None, "") else []
+
+
 def _row_to_dict(row: sqlite3.Row) -> dict:
     item = {key: row[key] for key in PUBLIC_FIELDS}
-    try:
-        item["command"] = json.loads(item["command"])
-    except (TypeError, ValueError):
-        item["command"] = [item["command"]] if item["command"] else []
+    item["command"] = _command_list(item["command"])
     if item["status"] == "running" and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
         item["status"] = "abandoned"  # its lockrun process is gone: it will never finish
     return item
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo a failed transaction, unless SQLite already did (it does on a full disk): the
+    error that ended it is the one worth reporting, not "cannot rollback"."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
 
 class Ledger:
@@ -144,10 +170,7 @@ class Ledger:
     def open(self, create: bool = True) -> Ledger:
         """Open (and with ``create`` make) the database; raise LedgerError if it cannot."""
         try:
-            if create:
-                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            elif not self.path.exists():
-                raise LedgerError(f"ledger {self.path} does not exist yet")
+            self._check_files(create)
             db = sqlite3.connect(
                 str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
             )
@@ -157,8 +180,46 @@ class Ledger:
             self._retry_locked(self._setup)
         except (OSError, sqlite3.Error) as exc:
             self.close()
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint()}") from None
         return self
+
+    def _check_files(self, create: bool) -> None:
+        """The ledger's directory is ours and private; the ledger and its side files are no links.
+
+        A new ledger is created here, 0600 (it holds the commands' output tails), so that
+        SQLite, which gives its -wal and -shm files the database's mode, keeps them private too.
+        """
+        try:
+            private_dir(self.path.parent, "the ledger's directory", create=create)
+        except UnsafePath as exc:
+            raise LedgerError(str(exc)) from None
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            if not create:
+                raise LedgerError(f"ledger {self.path} does not exist yet") from None
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            except FileExistsError:
+                pass  # another lockrun made it meanwhile: checked by the next look
+            st = os.lstat(self.path)
+        for path, info in ((self.path, st), *((Path(f"{self.path}{side}"), None) for side in SIDE_FILES)):
+            if info is None:
+                try:
+                    info = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+                raise LedgerError(f"ledger file {path} is {kind}; refusing to open it (remove it, or set --ledger)")
+
+    def _full_disk_hint(self) -> str:
+        """SQLite reports a full disk as "disk I/O error" at times: say so when it is."""
+        try:
+            fs = os.statvfs(self.path.parent)
+        except OSError:
+            return ""
+        return " (the file system is full)" if fs.f_bavail == 0 else ""
 
     def _retry_locked(self, action):
         # Switching to WAL or creating the schema takes an exclusive lock for which
@@ -191,7 +252,7 @@ class Ledger:
                 db.execute(f"PRAGMA user_version = {target}")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def close(self) -> None:
@@ -204,8 +265,8 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} is not open")
         try:
             self._retry_locked(lambda: self._db.execute(sql, params))
-        except sqlite3.Error as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        except SQL_ERRORS as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint()}") from None
 
     def _transaction(self, *statements: tuple[str, tuple]) -> None:
         """Several writes that land together or not at all."""
@@ -219,13 +280,13 @@ class Ledger:
                     self._db.execute(sql, params)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _rollback(self._db)
                 raise
 
         try:
             self._retry_locked(run)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        except SQL_ERRORS as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint()}") from None
 
     # -- writes -------------------------------------------------------------------------
 
@@ -298,7 +359,7 @@ class Ledger:
                     "DELETE FROM runs WHERE started_at < ? AND status != 'running'", (older_than,)
                 )
             )
-        except sqlite3.Error as exc:
+        except SQL_ERRORS as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
         return cursor.rowcount
 
@@ -309,7 +370,7 @@ class Ledger:
         """
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'last_prune'").fetchone()
-        except sqlite3.Error as exc:
+        except SQL_ERRORS as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
         if row is not None and parse_iso(row[0]) is not None and seconds_since(row[0]) < every_s:
             return None
@@ -323,7 +384,7 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} is not open")
         try:
             return [_row_to_dict(row) for row in self._db.execute(sql, params)]
-        except sqlite3.Error as exc:
+        except SQL_ERRORS as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
 
     def history(
@@ -363,7 +424,7 @@ class Ledger:
             rows = self._db.execute(
                 _SELECT.replace(" FROM runs", ", output_tail FROM runs") + " WHERE run_id LIKE ? LIMIT 2", (pattern,)
             ).fetchall()
-        except sqlite3.Error as exc:
+        except SQL_ERRORS as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
         if len(rows) > 1:
             raise LedgerError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
@@ -375,7 +436,7 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} is not open")
         try:
             return [tuple(row) for row in self._db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
-        except sqlite3.Error as exc:
+        except SQL_ERRORS as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
 
     def last_with_status(self, name: str, status: str) -> dict | None:

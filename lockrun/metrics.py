@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
-import os
+import errno
 from pathlib import Path
 from typing import NamedTuple
 
 from lockrun.clock import parse_iso
 from lockrun.ledger import Ledger
+from lockrun.safefs import write_atomically
 
 FAMILIES = (
     ("lockrun_last_run_timestamp_seconds", "gauge", "Start time of the newest finished run (Unix seconds)."),
@@ -83,10 +84,12 @@ def exposition(facts: list[JobFacts]) -> str:
 
 
 def write_file(path: Path, text: str) -> None:
-    """Replace ``path`` atomically: node_exporter must never read half a file."""
+    """Replace ``path`` atomically: node_exporter must never read half a file.
+
+    The temporary file beside it is created afresh (never through a link) and removed
+    on any failure; a directory at ``path`` is refused before anything is written.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
+    write_atomically(path, text.encode("utf-8"), mode=0o644)  # node_exporter reads it as another user

@@ -8,7 +8,7 @@ import sys
 
 from lockrun.clock import human_duration, seconds_since
 
-STATE_STYLES = {"held": "green", "zombie": "bold red", "free": "dim", "unknown": "yellow"}
+STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
 STATUS_STYLES = {
     "succeeded": "green",
     "failed": "red",
@@ -87,7 +87,7 @@ def status_table(backend: str, where: str, locks: list[dict], unreachable: bool 
         table.add_row(
             _styled(lock["name"], None),
             _styled(lock["state"], STATE_STYLES.get(lock["state"])),
-            _styled(f"{lock['host']}:{lock['pid']}" if lock["host"] else "-", None),
+            _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
             human_duration(seconds_since(lock["started_at"])),
             human_duration(lock["ttl_remaining_s"]),
             f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
@@ -95,6 +95,9 @@ def status_table(backend: str, where: str, locks: list[dict], unreachable: bool 
             _styled(last_text, STATUS_STYLES.get(last["status"]) if last else None),
         )
     console.print(table)
+    for lock in locks:
+        if lock.get("problem"):  # data lockrun did not write: say what, under the table
+            console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
 
 
 def history_table(rows: list[dict]) -> None:

@@ -14,6 +14,8 @@ def zombie_reason(holder: Holder, age: float | None) -> str | None:
 
     When in doubt the answer is None: a live lock cleared by mistake is a double run.
     """
+    if holder.foreign:
+        return f"no lockrun run can hold it ({holder.problem})"
     if host.known_dead(holder.host, holder.boot_id, holder.pid, holder.pid_start):
         return f"its lockrun process {holder.pid} no longer runs on this host"
     if age is None or not holder.ttl_ms:
@@ -24,19 +26,25 @@ def zombie_reason(holder: Holder, age: float | None) -> str | None:
     return None
 
 
+def lock_state(holder: Holder, age: float | None) -> str:
+    """``malformed`` (data lockrun did not write), ``cooling``, ``zombie`` or ``held``."""
+    if holder.problem:
+        return "malformed"
+    if holder.cooling_until:
+        return "cooling"  # the run is over; --min-hold keeps the lock taken a while longer
+    return "zombie" if zombie_reason(holder, age) else "held"
+
+
 def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
-    """One lock as contract §9 lists it."""
+    """One lock as ``status --json`` lists it (README, "Operating it")."""
     if holder is None:
         fields = dict.fromkeys(
             ("token", "run_id", "host", "pid", "child_pid", "command", "started_at", "heartbeat_at",
-             "heartbeat_age_s", "ttl_remaining_s"),
+             "heartbeat_age_s", "ttl_remaining_s", "problem"),
         )
         return {"name": name, "state": "free", **fields, "last_run": last_run}
     age = seconds_since(holder.heartbeat_at)
-    if holder.cooling_until:
-        state = "cooling"  # the run is over; --min-hold keeps the lock taken a while longer
-    else:
-        state = "zombie" if zombie_reason(holder, age) else "held"
+    state = lock_state(holder, age)
     return {
         "name": name,
         "state": state,
@@ -50,6 +58,7 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
         "heartbeat_at": holder.heartbeat_at,
         "heartbeat_age_s": age,
         "ttl_remaining_s": holder.ttl_remaining_s,
+        "problem": holder.problem,
         "last_run": last_run,
     }
 

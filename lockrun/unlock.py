@@ -49,14 +49,19 @@ class Inspection(NamedTuple):
         token = (h.token or "")[:8]
         lines = [
             f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
+            *([f"  malformed: {h.problem}"] if h.problem else []),
             f"  command:   {' '.join(h.command) or '?'}",
             f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
             f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago; lease expires in {human_duration(h.ttl_remaining_s)}",
         ]
-        if self.cooling:
+        if h.foreign:
+            lines.append("  state:     malformed: not a lockrun lease, nothing lockrun started runs under it")
+        elif self.cooling:
             lines.append(f"  state:     cooling: the run is over, --min-hold keeps it until {h.cooling_until}")
         elif self.zombie:
             lines.append(f"  state:     zombie: {self.zombie_reason}")
+        elif h.problem:
+            lines.append("  state:     malformed, and nothing shows that its holder is gone: it may still run")
         else:
             lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
         return lines
@@ -91,11 +96,12 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
     Returns (cleared, warning about the ledger or None).
     """
     holder = inspection.holder
-    if holder is None or not holder.token:
+    if holder is None:
         return False, None
-    kind = "cooling" if inspection.cooling else "zombie" if inspection.zombie else "live (forced)"
+    kind = ("malformed" if holder.foreign else "cooling" if inspection.cooling else "zombie" if inspection.zombie
+            else "live (forced)")
     note = (
-        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {holder.token[:8]}"
+        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {(holder.token or '')[:8]}"
         f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
     )
     record = RunRecord(
@@ -112,7 +118,11 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
         "command": argv, "started_at": record.started_at, "ended_at": record.started_at, "duration_s": 0.0,
         "note": note, "exit_status": 0,
     }, at_once=True)
-    if not backend.clear(inspection.name, holder.token, record=shared):
+    if holder.foreign:
+        cleared = backend.clear_foreign(inspection.name)
+    else:
+        cleared = bool(holder.token) and backend.clear(inspection.name, holder.token, record=shared)
+    if not cleared:
         return False, None
     try:
         ledger = Ledger(ledger_path).open()

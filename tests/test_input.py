@@ -89,7 +89,7 @@ def test_unusable_state_dir_is_69(local_env, tmp_path):
     local_env["LOCKRUN_STATE_DIR"] = str(blocker / "state")
     ran = tmp_path / "ran"
     result = run_lockrun(local_env, "-q", "-n", "x", "--", "touch", str(ran))
-    assert_one_line(result, 69, "local lock directory")
+    assert_one_line(result, 69, "state directory", "is a file, not a directory")
     assert not ran.exists()
 
 

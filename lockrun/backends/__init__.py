@@ -9,7 +9,12 @@ its former owner.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import json
+import math
+import re
+from typing import Mapping, NamedTuple, Protocol
+
+from lockrun.clock import parse_iso
 
 
 # What a renewal found.
@@ -67,8 +72,73 @@ class FleetRetention(NamedTuple):
         return self.keep_days * 86400 * 1000
 
 
+# Ranges of the holder fields: anything outside is data lockrun did not write.
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
+INT64_MAX = (1 << 63) - 1
+MAX_TTL_MS = 365 * 86400 * 1000  # settings.MAX_SECONDS: no lockrun lease is longer
+MAX_TEXT = 1024  # longer text fields are cut (a host name has at most 255 characters)
+_INTEGER_RE = re.compile(r"-?\d{1,40}")
+_TEXT_FIELDS = ("token", "run_id", "host", "boot_id")
+_TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until")
+_INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, INT64_MAX),
+               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX)}
+
+
+class _Unusable(ValueError):
+    """One field's value is not what lockrun writes there."""
+
+
+def _as_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise _Unusable(f"a {type(value).__name__}, not text")
+    if len(value) > MAX_TEXT:
+        raise _Unusable(f"{len(value)} characters long")
+    return value or None
+
+
+def _as_int(value, low: int, high: int) -> int | None:
+    if isinstance(value, (bytes, str)):
+        text = _as_text(value)
+        if text is None:
+            return None  # an empty field: not known yet (child_pid before the first renewal)
+        if not _INTEGER_RE.fullmatch(text.strip()):
+            raise _Unusable(f"{text[:40]!r} is not a whole number")
+        value = int(text)
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    elif value is None:
+        return None
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise _Unusable(f"a {type(value).__name__}, not a whole number")
+    if not low <= value <= high:
+        raise _Unusable(f"{value} is outside {low}..{high}")
+    return value
+
+
+def _as_command(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (bytes, str)):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        try:
+            value = json.loads(text) if text else []
+        except (ValueError, RecursionError):
+            raise _Unusable("not a JSON list") from None
+    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
+        raise _Unusable("not a list of strings")
+    return value
+
+
 class Holder(NamedTuple):
-    """Who holds a lock, as recorded in the backend (contract §7)."""
+    """Who holds a lock, as recorded in the backend (contract §7).
+
+    Build one with :meth:`from_fields`: the one place where a holder record read back
+    from Redis or the state directory (possibly written by someone else) is parsed.
+    """
 
     name: str
     token: str | None = None
@@ -86,6 +156,66 @@ class Holder(NamedTuple):
     fencing_token: int | None = None
     cooling_until: str | None = None  # set while --min-hold keeps a finished run's lock taken
     slotted: bool = False  # one of the holders of a --slots lock
+    problem: str | None = None  # why this record is malformed (data lockrun did not write), or None
+    foreign: bool = False  # not a lockrun lease at all (a key of another type): nothing lockrun runs under it
+
+    @classmethod
+    def from_fields(
+        cls,
+        name: str,
+        fields: Mapping,
+        *,
+        token=None,
+        pid: int | None = None,
+        ttl_remaining_s: float | None = None,
+        slotted: bool = False,
+        problem: str | None = None,
+        foreign: bool = False,
+    ) -> Holder:
+        """A Holder from a recorded description (Redis hash: bytes; local JSON: any JSON values).
+
+        Survives any value: a field that is not what lockrun writes there is dropped
+        (None) and named in ``problem``, so that ``status`` shows the holder as
+        malformed instead of failing. ``token`` (the lock key's value) and ``pid`` (the
+        kernel's word, for a local lock) win over the description's own.
+        """
+        info: dict[str, object] = {}
+        for key, value in (fields or {}).items():
+            key = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            info[key] = value
+        problems = [problem] if problem else []
+        values: dict[str, object] = {}
+
+        def field(key: str, parse) -> None:
+            try:
+                values[key] = parse(info.get(key))
+            except _Unusable as exc:
+                values[key] = [] if key == "command" else None
+                problems.append(f"{key}: {exc}")
+
+        for key in _TEXT_FIELDS:
+            field(key, _as_text)
+        for key in _TIME_FIELDS:
+            field(key, lambda value: _checked_time(_as_text(value)))
+        for key, (low, high) in _INT_FIELDS.items():
+            field(key, lambda value, low=low, high=high: _as_int(value, low, high))
+        field("command", _as_command)
+        if token is not None:
+            lock_token = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+            if values["token"] is not None and values["token"] != lock_token:
+                problems.append("its description names another token")
+                values = {key: ([] if key == "command" else None) for key in values}
+            values["token"] = lock_token
+        if pid is not None:
+            values["pid"] = pid
+        return cls(
+            name=name,
+            ttl_remaining_s=ttl_remaining_s,
+            slotted=slotted,
+            problem="; ".join(problems) or None,
+            foreign=foreign,
+            **values,
+        )
 
     def describe(self) -> str:
         """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""
@@ -98,6 +228,12 @@ class Holder(NamedTuple):
         if self.ttl_remaining_s is not None:
             extra.append(f"expires in {self.ttl_remaining_s:.1f}s")
         return f"{who} ({', '.join(extra)})" if extra else who
+
+
+def _checked_time(text: str | None) -> str | None:
+    if text is not None and parse_iso(text) is None:
+        raise _Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
+    return text
 
 
 class Backend(Protocol):
@@ -133,6 +269,10 @@ class Backend(Protocol):
     def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
         """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter.
         ``record`` (the unlock's own row) goes to the fleet record if something was cleared."""
+
+    def clear_foreign(self, name: str) -> bool:
+        """Delete what sits where the lock of ``name`` should be but no lockrun lease can be
+        (a key of another type, a file that is not a regular file); False if nothing was."""
 
     def wait_for_release(self, name: str, timeout: float) -> None:
         """Block until a release of ``name`` is announced or ``timeout`` passes."""
@@ -177,4 +317,5 @@ def open_backend(settings, timeout: float, connect_timeout: float | None = None)
     return RedisBackend(
         settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout,
         fleet=FleetRetention(settings.fleet_keep_runs, settings.fleet_keep_days),
+        password=settings.redis_password(),
     )

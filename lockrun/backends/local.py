@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
+import math
 import os
+import stat
 import struct
 import time
 from pathlib import Path
@@ -28,15 +31,26 @@ from urllib.parse import quote, unquote
 
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable, SlotsMismatch
+from lockrun.errors import BackendUnavailable, ForeignData, SlotsMismatch
+from lockrun.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically
 
 _FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
 LOCK_SUFFIX = ".lock"
 ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
+# The longest file-name stem: with "~slot9999", ".preempt" and a ".NAME.PID.tmp" around it, a
+# file name stays well under the 255 bytes a Linux file system allows.
+MAX_STEM = 200
+HASHED = "~h"  # a stem that is a hash of a long name ("~" is never part of a name or its quoted form)
 
 
 def _file_name(name: str) -> str:
-    return quote(name, safe="")  # "/" and ":" in names must not become path separators
+    """A name (or --once key) as one file name: quoted, so "/" and ":" never become path
+    separators, or, when quoting makes it too long for a file name, a hash of it (the
+    holder's description then carries the name, for ``status``)."""
+    quoted = quote(name, safe="")
+    if len(quoted) <= MAX_STEM:
+        return quoted
+    return HASHED + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _lock_holder_pid(fd: int) -> int | None:
@@ -47,10 +61,12 @@ def _lock_holder_pid(fd: int) -> int | None:
     return None if lock_type == fcntl.F_UNLCK else pid
 
 
-def _open_and_try_lock(path: Path) -> tuple[int, bool]:
+def _open_and_try_lock(path: Path, name: str) -> tuple[int, bool]:
     """Open (creating) ``path`` and try its write lock without waiting: (fd, locked)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+    except UnsafePath as exc:
+        raise ForeignData(f"cannot use the lock file of {name!r}: {exc}; lockrun unlock {name} removes it") from None
     except OSError as exc:
         raise BackendUnavailable(f"cannot open the local lock file {path}: {exc.strerror}") from None
     try:
@@ -65,22 +81,25 @@ def _open_and_try_lock(path: Path) -> tuple[int, bool]:
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        here, there = os.fstat(fd), os.stat(path)
+        here, there = os.fstat(fd), os.lstat(path)
     except FileNotFoundError:
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _write_atomically(path: Path, data: bytes, durable: bool = False) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    write_atomically(path, data, durable=durable)
+
+
+def _finite(value) -> float | None:
+    """A finite number from a description's field (which may hold anything), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
     try:
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 class LocalBackend:
@@ -98,15 +117,12 @@ class LocalBackend:
     # -- paths ----------------------------------------------------------------------------
 
     def _ready(self) -> None:
+        """The state directory and its locks directory exist, are ours and are private."""
         try:
-            self.locks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not os.access(self.locks_dir, os.W_OK | os.X_OK):
-                raise PermissionError(errno.EACCES, "not writable", str(self.locks_dir))
-        except OSError as exc:
-            raise BackendUnavailable(
-                f"the local lock directory {self.locks_dir} cannot be used: {exc.strerror or exc}"
-                " (set LOCKRUN_STATE_DIR, or configure a Redis URL)"
-            ) from None
+            private_dir(self.state_dir, "the state directory")
+            private_dir(self.locks_dir, "the local lock directory")
+        except UnsafePath as exc:
+            raise BackendUnavailable(f"{exc} (set LOCKRUN_STATE_DIR, or configure a Redis URL)") from None
 
     def _stem(self, name: str, slot: int | None) -> str:
         # "~" never occurs in a name (nor in its quoted form), so slot files cannot collide.
@@ -128,11 +144,8 @@ class LocalBackend:
         return self.once_dir / _file_name(name) / _file_name(key)
 
     def _read_info(self, name: str, slot: int | None = None) -> dict:
-        try:
-            data = json.loads(self._info_path(name, slot).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        """The holder's description; {} when there is none or it is not a JSON object."""
+        return self._read_info_at(self._info_path(name, slot))
 
     # -- lease operations -------------------------------------------------------------------
 
@@ -149,7 +162,7 @@ class LocalBackend:
         path = self._lock_path(name)
         sent_at = time.monotonic()
         for _ in range(ACQUIRE_ATTEMPTS):
-            fd, locked = _open_and_try_lock(path)
+            fd, locked = _open_and_try_lock(path, name)
             if not locked:
                 holder = self._holder(name, fd)
                 os.close(fd)
@@ -171,8 +184,9 @@ class LocalBackend:
                 self._preempt_path(name).unlink()  # a request meant for the previous holder
             except FileNotFoundError:
                 pass
-            fence = int(previous.get("fencing_token") or 0) + 1
-            record = {**info, "fencing_token": fence}  # no cooling_until: a fresh description
+            fence = self._stored_fence(previous) + 1
+            # No cooling_until: a fresh description. The name, for status when the file name is a hash.
+            record = {**info, "name": name, "fencing_token": fence}
             try:
                 # Durable: after a crash the fence must not go back and repeat.
                 _write_atomically(self._info_path(name), json.dumps(record).encode(), durable=True)
@@ -185,11 +199,15 @@ class LocalBackend:
 
     # -- --slots N: N lock files, one kernel lock each ------------------------------------------
 
+    @staticmethod
+    def _stored_fence(record: dict) -> int:
+        """The fence counter a description carries, or 0 when it carries none that makes sense."""
+        fence = record.get("fencing_token")
+        return fence if isinstance(fence, int) and not isinstance(fence, bool) and 0 <= fence < 1 << 62 else 0
+
     def _slots_meta(self, name: str) -> int | None:
-        try:
-            return int(self._slots_meta_path(name).read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            return None
+        raw = (read_small(self._slots_meta_path(name), 32) or b"").strip()
+        return int(raw) if raw.isdigit() and len(raw) <= 6 else None
 
     def _held_slots(self, name: str) -> list[int]:
         """Indexes of the slot files of ``name`` that some process holds now."""
@@ -208,8 +226,8 @@ class LocalBackend:
 
     def _locked_by_other(self, path: Path) -> bool:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = open_regular(path, os.O_RDONLY)
+        except (OSError, UnsafePath):
             return False
         try:
             return _lock_holder_pid(fd) is not None
@@ -219,12 +237,12 @@ class LocalBackend:
     def _next_fence(self, name: str) -> int:
         """One fence counter for all slots of a name, incremented under its own short flock."""
         path = self.locks_dir / (_file_name(name) + "~fence")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            current = int(raw) if raw.isdigit() else 0
-            fence = max(current, int(self._read_info(name).get("fencing_token") or 0)) + 1
+            current = int(raw) if raw.isdigit() and len(raw) < 19 else 0
+            fence = max(current, self._stored_fence(self._read_info(name))) + 1
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(fence).encode(), 0)
             os.fsync(fd)  # after a crash the fence must not go back and repeat
@@ -244,7 +262,7 @@ class LocalBackend:
         busy: Holder | None = None
         for slot in range(slots):
             path = self._lock_path(name, slot)
-            fd, locked = _open_and_try_lock(path)
+            fd, locked = _open_and_try_lock(path, name)
             if not locked:
                 busy = busy or self._holder(name, fd, slot)
                 os.close(fd)
@@ -258,7 +276,11 @@ class LocalBackend:
             try:
                 _write_atomically(self._slots_meta_path(name), str(slots).encode())
                 fence = self._next_fence(name)
-                _write_atomically(self._info_path(name, slot), json.dumps({**info, "fencing_token": fence}).encode())
+                record = {**info, "name": name, "fencing_token": fence}
+                _write_atomically(self._info_path(name, slot), json.dumps(record).encode())
+            except UnsafePath as exc:
+                os.close(fd)
+                raise ForeignData(f"cannot use the local lock files of {name!r}: {exc}") from None
             except OSError as exc:
                 os.close(fd)
                 raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
@@ -319,19 +341,21 @@ class LocalBackend:
 
     def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
         """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
-        lock file if that holder still holds it."""
+        lock file if that holder still holds it. An empty ``token`` stands for a holder
+        whose description names no usable token (a malformed one)."""
         slot = next((k for k in self._held_slots(name) if self._read_info(name, k).get("token") == token), None)
         path = self._lock_path(name, slot)
         info = self._read_info(name, slot)
-        if info.get("token") != token:
+        described = info.get("token") if isinstance(info.get("token"), str) and info.get("token") else None
+        if described != (token or None):
             return False
         if slot is None and self._cooling(name, info) is not None:
             info.pop("cooling_until", None)
             info.pop("cooling_until_epoch", None)
             try:
                 _write_atomically(self._info_path(name), json.dumps(info).encode())
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+            except (OSError, UnsafePath) as exc:
+                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc}") from None
             return True
         if not self._locked_by_other(path):
             return False
@@ -339,6 +363,24 @@ class LocalBackend:
             os.unlink(path)
         except FileNotFoundError:
             return False
+        return True
+
+    def clear_foreign(self, name: str) -> bool:
+        """``unlock`` of something that is not a lock file (a link, a FIFO, a directory) at the
+        lock's path: no lockrun run can hold it. Removed without following it."""
+        path = self._lock_path(name)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot inspect {path}: {exc.strerror}") from None
+        if stat.S_ISREG(mode):
+            return False  # a lock file after all: cleared the ordinary way, never here
+        try:
+            os.rmdir(path) if stat.S_ISDIR(mode) else os.unlink(path)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot remove {path}: {exc.strerror}") from None
         return True
 
     def wait_for_release(self, name: str, timeout: float) -> None:
@@ -349,9 +391,9 @@ class LocalBackend:
 
     def _is_done(self, name: str, key: str) -> bool:
         path = self._done_path(name, key)
-        try:
-            expires = float(path.read_text(encoding="ascii").split()[0])
-        except (OSError, ValueError, IndexError):
+        words = (read_small(path, 256) or b"").split()
+        expires = _finite(words[0].decode("ascii", "replace")) if words else None
+        if expires is None:
             return False
         if expires > time.time():
             return True
@@ -364,25 +406,22 @@ class LocalBackend:
     def _mark_done(self, name: str, once: OnceKey) -> None:
         path = self._done_path(name, once.key)
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.once_dir, "the --once directory")
+            private_dir(path.parent, "the --once directory")
             expires = time.time() + once.remember_s
             _write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True)
-        except OSError as exc:
-            raise BackendUnavailable(
-                f"cannot mark --once key {once.key!r} done in {path.parent}: {exc.strerror}"
-            ) from None
+        except (OSError, UnsafePath) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise BackendUnavailable(f"cannot mark --once key {once.key!r} done in {path.parent}: {reason}") from None
 
     # -- inspection -------------------------------------------------------------------------------
 
     def _cooling(self, name: str, info: dict) -> Holder | None:
         """The finished holder whose --min-hold still runs, or None."""
-        try:
-            left = float(info.get("cooling_until_epoch") or 0) - time.time()
-        except (TypeError, ValueError):
-            return None
+        left = (_finite(info.get("cooling_until_epoch")) or 0.0) - time.time()
         if left <= 0:
             return None
-        return self._describe(name, info, pid=_int(info.get("pid")), ttl_remaining_s=round(left, 3))
+        return Holder.from_fields(name, info, ttl_remaining_s=round(left, 3))
 
     def _holder(self, name: str, fd: int, slot: int | None = None) -> Holder | None:
         # Never call this for a lock this process holds: closing any descriptor of a
@@ -393,28 +432,9 @@ class LocalBackend:
             return self._cooling(name, info) if slot is None else None
         if str(info.get("pid")) != str(pid):
             info = {}  # the description is the previous holder's: the new one has not written yet
-        holder = self._describe(name, info, pid=pid, ttl_remaining_s=None)  # a kernel lock does not expire
-        return holder._replace(slotted=True) if slot is not None else holder
-
-    @staticmethod
-    def _describe(name: str, info: dict, pid: int | None, ttl_remaining_s: float | None) -> Holder:
-        return Holder(
-            name=name,
-            token=info.get("token"),
-            run_id=info.get("run_id"),
-            host=info.get("host"),
-            boot_id=info.get("boot_id"),
-            pid=pid,
-            pid_start=_int(info.get("pid_start")),
-            child_pid=_int(info.get("child_pid")),
-            command=_command(info.get("command")),
-            started_at=info.get("started_at"),
-            heartbeat_at=info.get("heartbeat_at"),
-            ttl_ms=_int(info.get("ttl_ms")),
-            ttl_remaining_s=ttl_remaining_s,
-            fencing_token=_int(info.get("fencing_token")),
-            cooling_until=info.get("cooling_until") if ttl_remaining_s is not None else None,
-        )
+        # A kernel lock does not expire (no TTL left), and cooling_until means nothing while it is held.
+        info = {key: value for key, value in info.items() if key != "cooling_until"}
+        return Holder.from_fields(name, info, pid=pid, slotted=slot is not None)
 
     def fleet_record(self) -> None:
         """No fleet record on this host-only backend: the ledger is its whole memory."""
@@ -423,30 +443,55 @@ class LocalBackend:
     def lock_names(self) -> list[str]:
         return [h.name for h in self.holders()]
 
+    def _units_on_disk(self) -> list[tuple[str, int | None, str | None]]:
+        """(name, slot, problem) of every lock file in the locks directory."""
+        try:
+            files = sorted(entry.name for entry in os.scandir(self.locks_dir) if entry.name.endswith(LOCK_SUFFIX))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}") from None
+        units = []
+        for file in files:
+            stem = file[: -len(LOCK_SUFFIX)]
+            base, _, slot_text = stem.partition("~slot")
+            slot = int(slot_text) if slot_text.isdigit() else None
+            if not base.startswith(HASHED):
+                units.append((unquote(base), slot, None))
+                continue
+            # A long name's file is named by its hash; the description says which name it is.
+            described = self._read_info_at(self.locks_dir / (stem + ".json")).get("name")
+            if isinstance(described, str) and _file_name(described) == base:
+                units.append((described, slot, None))
+            else:
+                units.append((base, slot, f"{file}: its description does not name its lock"))
+        return units
+
+    def _read_info_at(self, path: Path) -> dict:
+        raw = read_small(path)
+        try:
+            data = json.loads(raw) if raw else {}
+        except (ValueError, RecursionError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         if names is None:
-            try:
-                files = sorted(p.name for p in self.locks_dir.iterdir() if p.name.endswith(LOCK_SUFFIX))
-            except FileNotFoundError:
-                return []
-            except OSError as exc:
-                raise BackendUnavailable(
-                    f"cannot read the local lock directory {self.locks_dir}: {exc.strerror}"
-                ) from None
-            units = []
-            for f in files:
-                stem = f[: -len(LOCK_SUFFIX)]
-                base, _, slot = stem.partition("~slot")
-                units.append((unquote(base), int(slot) if slot.isdigit() else None))
+            units = self._units_on_disk()
         else:
-            units = [(name, None) for name in names]
-            units += [(name, slot) for name in names for slot in self._held_slots(name)]
+            units = [(name, None, None) for name in names]
+            units += [(name, slot, None) for name in names for slot in self._held_slots(name)]
         found = []
-        for name, slot in units:
-            path = self._lock_path(name, slot)
+        for name, slot, problem in units:
+            path = self._lock_path(name, slot) if not name.startswith(HASHED) else (
+                self.locks_dir / (name + (f"~slot{slot}" if slot is not None else "") + LOCK_SUFFIX))
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = open_regular(path, os.O_RDONLY)
             except FileNotFoundError:
+                continue
+            except UnsafePath as exc:  # a link, a FIFO...: not a lock file, and nothing lockrun runs holds it
+                found.append(Holder.from_fields(name, {}, slotted=slot is not None, foreign=True,
+                                                problem=f"{exc}: written by something other than lockrun"))
                 continue
             except OSError as exc:
                 raise BackendUnavailable(f"cannot read {path}: {exc.strerror}") from None
@@ -455,6 +500,8 @@ class LocalBackend:
             finally:
                 os.close(fd)
             if holder is not None:
+                if problem:
+                    holder = holder._replace(problem="; ".join(filter(None, (problem, holder.problem))))
                 found.append(holder)
         return found
 
@@ -462,18 +509,3 @@ class LocalBackend:
         for fd in self._held.values():
             os.close(fd)
         self._held.clear()
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _command(value) -> list[str]:
-    try:
-        parsed = json.loads(value) if isinstance(value, str) else value
-    except ValueError:
-        return []
-    return parsed if isinstance(parsed, list) else []

@@ -18,7 +18,7 @@ from redis.retry import Retry
 
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, FleetRetention, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable, SlotsMismatch, UsageError
+from lockrun.errors import BackendUnavailable, ForeignData, SlotsMismatch, UsageError
 from lockrun.record import fields_from_row, row_json, tail_for_fleet
 from lockrun.settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 
@@ -252,6 +252,27 @@ record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 5, released)
 return released
 """
 
+# Delete the keys of one lock that hold a type lockrun never writes there (a lock key that is
+# not a string, a slots key that is not a sorted set, a slot count that is not a string): no
+# lockrun lease can live under them, so `unlock` may clear them. Wakes one waiter.
+# KEYS: lock, slots, slots:n, wake. ARGV: wake_ttl_ms. Returns how many keys were deleted.
+CLEAR_FOREIGN_SCRIPT = """
+local deleted = 0
+local expected = {'string', 'zset', 'string'}
+for i = 1, 3 do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'none' and kind ~= expected[i] then
+    deleted = deleted + redis.call('DEL', KEYS[i])
+  end
+end
+if deleted > 0 then
+  redis.call('LPUSH', KEYS[4], '1')
+  redis.call('LTRIM', KEYS[4], 0, 63)
+  redis.call('PEXPIRE', KEYS[4], ARGV[1])
+end
+return deleted
+"""
+
 # Everything redis-py raises for a server that cannot serve us (RedisClusterException is
 # not a RedisError: it says a cluster's slot map could not be had).
 REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
@@ -308,11 +329,16 @@ def _no_client_setinfo() -> dict:
     return {"lib_name": None, "lib_version": None}
 
 
-def _connection_pool(url: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None) -> ConnectionPool:
+def _connection_pool(
+    url: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None,
+    password: str | None = None,
+) -> ConnectionPool:
     # Build the pool from parse_url ourselves: ConnectionPool.from_url lets a
     # ?socket_timeout= in the URL win over our bound, and an unbounded call
     # against a paused Redis would let the command outlive its lease.
     options = parse_url(url)
+    if password is not None and "password" not in options:
+        options["password"] = password  # from a password file: a password in the URL says it more precisely
     options.update(
         socket_timeout=timeout,
         socket_connect_timeout=connect_timeout or timeout,
@@ -326,7 +352,14 @@ def _connection_pool(url: str, timeout: float, ca: str | None = None, connect_ti
     options.pop("retry_on_timeout", None)
     if ca and url.startswith("rediss://"):
         options.setdefault("ssl_ca_certs", ca)  # a ?ssl_ca_certs= in the URL says it more precisely
-    return ConnectionPool(**options)
+    pool = ConnectionPool(**options)
+    try:
+        # A connection object is built lazily, at the first command; build one now (it does not
+        # connect) so that a URL parameter the connection cannot take is a usage error here.
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"a query parameter does not fit this kind of connection ({exc})") from None
+    return pool
 
 
 def _text(value) -> str:
@@ -340,31 +373,19 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def holder_from_hash(name: str, fields: dict, pttl: int | None, token=None, slotted: bool = False) -> Holder:
-    """A Holder from the info hash (bytes keys/values) and the lock's PTTL in ms."""
-    info = {_text(k): _text(v) for k, v in fields.items()}
-    try:
-        command = json.loads(info.get("command", "[]"))
-    except ValueError:
-        command = []
-    return Holder(
-        name=name,
-        token=_text(token) if token is not None else info.get("token"),
-        run_id=info.get("run_id"),
-        host=info.get("host"),
-        boot_id=info.get("boot_id"),
-        pid=_int_or_none(info.get("pid")),
-        pid_start=_int_or_none(info.get("pid_start")),
-        child_pid=_int_or_none(info.get("child_pid")),
-        command=command if isinstance(command, list) else [],
-        started_at=info.get("started_at"),
-        heartbeat_at=info.get("heartbeat_at"),
-        ttl_ms=_int_or_none(info.get("ttl_ms")),
-        ttl_remaining_s=(pttl / 1000.0) if pttl is not None and pttl >= 0 else None,
-        fencing_token=_int_or_none(info.get("fencing_token")),
-        cooling_until=info.get("cooling_until") or None,
-        slotted=slotted,
-    )
+def _expiry_s(pttl) -> float | None:
+    """The lease left in seconds from a PTTL reply; None for no expiry (-1) or no key (-2)."""
+    pttl = _int_or_none(pttl)
+    return pttl / 1000.0 if pttl is not None and pttl >= 0 else None
+
+
+#: What a key that is not lockrun's own says in ``status`` and on a busy skip.
+NO_EXPIRY = "the lock key has no expiry (lockrun always sets one): written by something other than lockrun"
+NO_DESCRIPTION = "no holder description (its info hash is missing)"
+
+
+def _wrong_type(key: str, kind: str, expected: str) -> str:
+    return f"{key} is a {kind}, not a {expected}: written by something other than lockrun"
 
 
 class RedisBackend:
@@ -373,6 +394,7 @@ class RedisBackend:
     def __init__(
         self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None,
         fleet: FleetRetention = FleetRetention(),
+        password: str | None = None,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -383,8 +405,11 @@ class RedisBackend:
         self._redacted = redact_url(url)
         scheme = url.split("://", 1)[0]
         self._cluster = parse_cluster_url(url) if scheme in CLUSTER_SCHEMES + SENTINEL_SCHEMES else None
+        if self._cluster is not None and self._cluster.password is None and password is not None:
+            self._cluster = self._cluster._replace(password=password)
         try:
-            self._password = self._cluster.password if self._cluster else parse_url(url).get("password")
+            in_url = self._cluster.password if self._cluster else parse_url(url).get("password")
+            self._password = in_url or password
             self._client = self._make_client(timeout)
         except ValueError as exc:
             raise UsageError(f"invalid Redis URL {self._redacted!r}: {exc}") from None
@@ -398,7 +423,9 @@ class RedisBackend:
     def _make_client(self, timeout: float):
         """A client whose every call is bounded by ``timeout``: plain Redis, or a Redis Cluster."""
         if self._cluster is None:
-            return redis.Redis(connection_pool=_connection_pool(self.url, timeout, self.ca, self.connect_timeout))
+            return redis.Redis(
+                connection_pool=_connection_pool(self.url, timeout, self.ca, self.connect_timeout, self._password)
+            )
         if self._cluster.service is not None:
             return self._sentinel_master(timeout)
         from redis.cluster import ClusterNode, RedisCluster
@@ -432,10 +459,30 @@ class RedisBackend:
 
     # -- error mapping -------------------------------------------------------------
 
-    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+    def _name_of(self, key: str) -> str:
+        """The lock name inside one of its keys (``prefix{NAME}:...``; names hold no braces)."""
+        start = len(self.prefix) + 1
+        end = key.find("}", start)
+        return key[start:end] if key.startswith(self.prefix + "{") and end > start else "NAME"
+
+    def _unavailable(self, exc: Exception, key: str | None = None) -> BackendUnavailable:
         reason = str(exc) or type(exc).__name__
         if self._password:
             reason = reason.replace(self._password, "***")
+        if "unauthenticated" in reason or "NOAUTH" in reason or "Authentication required" in reason:
+            # Redis 7 answers an unauthenticated client's long command with a protocol error.
+            return BackendUnavailable(
+                f"Redis at {self._redacted} requires a password and none was given: put it in the URL"
+                " (redis://:PASSWORD@host...), or better in a file named by redis_password_file in the config"
+                " or LOCKRUN_REDIS_PASSWORD_FILE"
+            )
+        if "WRONGTYPE" in reason or "not an integer" in reason:
+            reason = reason.split(" script: ")[0]
+            name = self._name_of(key) if key else "NAME"
+            return ForeignData(
+                f"Redis at {self._redacted} holds data for lock {name!r} that lockrun did not write ({reason});"
+                f" see lockrun status {name}, and clear it with lockrun unlock --force {name}"
+            )
         return BackendUnavailable(f"Redis at {self._redacted} is unavailable: {reason}")
 
     def _eval(self, script: str, keys: list[str], args: list) -> object:
@@ -444,7 +491,7 @@ class RedisBackend:
         try:
             return self._client.eval(script, len(keys), *keys, *args)
         except REDIS_ERRORS as exc:
-            raise self._unavailable(exc) from None
+            raise self._unavailable(exc, keys[0] if keys else None) from None
 
     # -- lease operations -----------------------------------------------------------
 
@@ -481,9 +528,27 @@ class RedisBackend:
             return Duplicate(name=name, key=once.key)
         if int(reply[0]) == -1:
             raise SlotsMismatch(name, int(reply[1]), slots)
-        flat = reply[2] or []
+        flat = reply[2] if isinstance(reply[2], list) else []
         fields = dict(zip(flat[0::2], flat[1::2]))
-        return holder_from_hash(name, fields, _int_or_none(reply[1]), slotted=slots > 1)
+        problem, foreign = None, False
+        if slots == 1 and _int_or_none(reply[1]) == -1:  # lockrun always sets a TTL: look closer (rare)
+            problem, foreign = self._lock_key_problem(keys)
+        elif not fields:
+            problem = NO_DESCRIPTION
+        return Holder.from_fields(name, fields, ttl_remaining_s=_expiry_s(reply[1]), slotted=slots > 1,
+                                  problem=problem, foreign=foreign)
+
+    def _lock_key_problem(self, keys: LockKeys) -> tuple[str | None, bool]:
+        """Why a lock key without a TTL is not a lockrun lease: (problem, foreign)."""
+        try:
+            kind = _text(self._client.type(keys.lock))
+        except REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        if kind == "none":
+            return None, False  # gone meanwhile
+        if kind != "string":
+            return _wrong_type(keys.lock, kind, "string"), True
+        return NO_EXPIRY, False
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         keys = lock_keys(self.prefix, lease.name)
@@ -540,6 +605,12 @@ class RedisBackend:
                                [token, WAKE_TTL_MS, 0, "", 0, "", *fleet_args])
         return int(reply) == 1
 
+    def clear_foreign(self, name: str) -> bool:
+        """Delete the keys of ``name`` that are of a type lockrun never writes there; wake one waiter."""
+        keys = lock_keys(self.prefix, name)
+        script_keys = [keys.lock, keys.slots, keys.slot_count, keys.wake]
+        return int(self._eval(CLEAR_FOREIGN_SCRIPT, script_keys, [WAKE_TTL_MS])) > 0
+
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
         keys = lock_keys(self.prefix, name)
         return int(self._eval(PREEMPT_SCRIPT, [keys.lock, keys.preempt], [requester, max(1, int(ttl * 1000))])) == 1
@@ -591,7 +662,11 @@ class RedisBackend:
         return sorted(names)
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
-        """Every holder: one per plain lock, one per live slot of a --slots lock."""
+        """Every holder: one per plain lock, one per live slot of a --slots lock.
+
+        Keys someone else wrote (another type, no TTL, no description) come back as
+        holders with a ``problem``: one bad key must not hide every other lock.
+        """
         names = self.lock_names() if names is None else list(names)
         found: list[Holder] = []
         try:
@@ -606,23 +681,80 @@ class RedisBackend:
                     pipe.pttl(keys.lock)
                     pipe.hgetall(keys.info)
                     pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
-                replies = pipe.execute()
+                replies = pipe.execute(raise_on_error=False)
+                self._raise_unless_data_errors(replies)
                 slotted: list[tuple[str, str, float]] = []
+                odd: list[tuple[str, str, object]] = []  # (name, which key, its PTTL reply)
                 for i, name in enumerate(batch):
                     token, pttl, fields, slots = replies[4 * i : 4 * i + 4]
-                    if token is not None:
-                        found.append(holder_from_hash(name, fields or {}, _int_or_none(pttl), token=token))
-                    slotted += [(name, _text(member), score) for member, score in slots or []]
+                    if isinstance(token, Exception) or _int_or_none(pttl) == -1:
+                        odd.append((name, "lock", pttl))
+                    elif token is not None:
+                        found.append(self._described(name, token, pttl, fields))
+                    if isinstance(slots, Exception):
+                        odd.append((name, "slots", None))
+                    else:
+                        slotted += [(name, _text(member), score) for member, score in slots or []]
+                found += self._odd_holders(odd, replies, batch)
                 if slotted:
                     pipe = self._client.pipeline(transaction=False)
                     for name, member, _ in slotted:
                         pipe.hgetall(lock_keys(self.prefix, name).slot_info(member))
-                    for (name, member, score), fields in zip(slotted, pipe.execute()):
-                        found.append(
-                            holder_from_hash(name, fields or {}, int(score) - now_ms, token=member, slotted=True)
-                        )
+                    slot_fields = pipe.execute(raise_on_error=False)
+                    self._raise_unless_data_errors(slot_fields)
+                    for (name, member, score), fields in zip(slotted, slot_fields):
+                        found.append(self._described(name, member, int(score) - now_ms, fields, slotted=True))
         except REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
+        return found
+
+    @staticmethod
+    def _raise_unless_data_errors(replies: list) -> None:
+        """A reply error about one key's data is that key's problem; anything else is the server's."""
+        for reply in replies:
+            if isinstance(reply, Exception) and "WRONGTYPE" not in str(reply):
+                raise reply
+
+    def _described(self, name: str, token, pttl, fields, slotted: bool = False) -> Holder:
+        """A holder from its lock token and its description (a hash, or an error reading it)."""
+        problem = None
+        if isinstance(fields, Exception):
+            kind = "slot info key" if slotted else "info key"
+            problem, fields = f"its {kind} is not a hash: written by something other than lockrun", {}
+        elif not fields:
+            problem = NO_DESCRIPTION
+        return Holder.from_fields(name, fields, token=token, ttl_remaining_s=_expiry_s(pttl), slotted=slotted,
+                                  problem=problem)
+
+    def _odd_holders(self, odd: list[tuple[str, str, object]], replies: list, batch: list[str]) -> list[Holder]:
+        """Holders for lock keys of another type or without a TTL, and slots keys of another type."""
+        if not odd:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for name, which, _ in odd:
+            keys = lock_keys(self.prefix, name)
+            pipe.type(keys.lock if which == "lock" else keys.slots)
+        kinds = [_text(kind) for kind in pipe.execute()]
+        found = []
+        for (name, which, pttl), kind in zip(odd, kinds):
+            keys = lock_keys(self.prefix, name)
+            if which == "slots":
+                if kind not in ("none", "zset"):
+                    found.append(Holder.from_fields(
+                        name, {}, slotted=True, foreign=True, problem=_wrong_type(keys.slots, kind, "sorted set")))
+                continue
+            if kind == "none":
+                continue  # released meanwhile
+            if kind != "string":
+                found.append(Holder.from_fields(
+                    name, {}, ttl_remaining_s=_expiry_s(pttl), foreign=True,
+                    problem=_wrong_type(keys.lock, kind, "string")))
+                continue
+            i = batch.index(name)
+            token, _, fields, _ = replies[4 * i : 4 * i + 4]
+            holder = self._described(name, token, pttl, fields)
+            problem = "; ".join(filter(None, (NO_EXPIRY, holder.problem)))
+            found.append(holder._replace(problem=problem))
         return found
 
     def close(self) -> None:
