@@ -17,10 +17,17 @@ on resume instead of giving the command extra time. Re-arming is one system call
 Once lockrun has stopped the command itself (SIGKILL sent to its group, or the
 command exited), :meth:`Backstop.disarm` retires the timer for good: releasing
 the lock, the ledger and notifications may take longer than the lease had left.
+
+If the kernel refuses the timer (``timer_create`` or ``timer_settime`` fails: a
+seccomp filter, a resource limit), lockrun runs the command without it rather than
+not at all, but never silently: :attr:`Backstop.error` says why, the runner warns
+once and notes it in the ledger row. A re-arm that fails retires the timer, so an
+older expiry can never kill lockrun in the middle of a lease it did renew.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -50,6 +57,7 @@ class Backstop:
         self._lock = threading.Lock()
         self._retired = False
         self._timer = None
+        self.error: str | None = None  # why there is no backstop (after a failed system call)
         api = _timer_api()
         if api is None:
             return
@@ -70,11 +78,13 @@ class Backstop:
         timer = ctypes.c_void_p()
         if timer_create(CLOCK_BOOTTIME, ctypes.byref(event), ctypes.byref(timer)) == 0:
             self._timer = timer
+        else:
+            self.error = f"timer_create failed: {os.strerror(ctypes.get_errno()) or 'unknown error'}"
 
-    def _set(self, seconds: float) -> None:
+    def _set(self, seconds: float) -> bool:
         whole = int(seconds)
         spec = self._ITimerSpec(value=self._TimeSpec(whole, int((seconds - whole) * 1e9)))
-        self._timer_settime(self._timer, 0, self._ctypes.byref(spec), None)
+        return self._timer_settime(self._timer, 0, self._ctypes.byref(spec), None) == 0
 
     def arm(self, at: float) -> None:
         """Kill lockrun at monotonic time ``at`` unless armed again or disarmed first."""
@@ -82,7 +92,10 @@ class Backstop:
             if self._timer is None or self._retired:
                 return
             # An all-zero time would disarm the timer: a moment already past fires at once.
-            self._set(max(1e-9, at - time.monotonic()))
+            if not self._set(max(1e-9, at - time.monotonic())):
+                self.error = f"timer_settime failed: {os.strerror(self._ctypes.get_errno()) or 'unknown error'}"
+                self._set(0.0)  # never let an older expiry fire in the middle of a renewed lease
+                self._retired = True
 
     def disarm(self) -> None:
         """Retire the timer for good: lockrun has stopped the command itself (thread-safe)."""

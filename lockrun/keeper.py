@@ -93,12 +93,17 @@ class Keeper:
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        """Start renewing. A keeper that cannot start is a lost lease: the command is stopped."""
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # "can't start new thread": out of memory, pids or threads
+            self._mark_lost(f"the lease keeper could not start ({exc})")
 
     def stop(self) -> None:
         """Stop renewing; waits for an in-flight call, which is bounded by its timeout."""
         self._stopped.set()
-        self._thread.join(self.call_timeout + 1.0)
+        if self._thread.ident is not None:
+            self._thread.join(self.call_timeout + 1.0)
 
     def _run(self) -> None:
         try:

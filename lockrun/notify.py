@@ -8,12 +8,13 @@ webhook's query string and a ping URL's path are its credentials.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from lockrun import __version__
 from lockrun.settings import redact_endpoint
@@ -26,17 +27,36 @@ RETRY_PAUSE = 0.2
 USER_AGENT = f"lockrun/{__version__}"
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``http://user:pw@host/x`` -> (``http://host/x``, the Basic Authorization header value).
+
+    urllib would hand ``user:pw@host`` to the resolver as a host name; the credentials go
+    in a header instead, and never into a message, the ledger or a payload.
+    """
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return parts._replace(netloc=hostport).geturl(), f"Basic {token}"
+
+
 def post(url: str, body: bytes, content_type: str) -> str | None:
     """POST with one retry inside TOTAL_BUDGET seconds. None on success, else why it failed."""
     deadline = time.monotonic() + TOTAL_BUDGET
     reason = "not attempted"
+    target, authorization = split_credentials(url)
     for attempt in range(ATTEMPTS):
         left = deadline - time.monotonic()
         if left <= 0.05:
             break
         request = urllib.request.Request(
-            url, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
+            target, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
         )
+        if authorization:
+            # Unredirected: a redirect to another host must not carry the credentials along.
+            request.add_unredirected_header("Authorization", authorization)
         try:
             with urllib.request.urlopen(request, timeout=min(ATTEMPT_TIMEOUT, left)) as response:
                 response.read(65536)
@@ -139,13 +159,17 @@ class StartPing:
         self._thread = threading.Thread(
             target=self._send, args=(ping_url(base, "start", run_id),), name="lockrun-ping", daemon=True
         )
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # no thread for it: the start ping is a failed delivery, nothing worse
+            self.failure = f"{redact_endpoint(base)}: start ping not sent ({exc})"
 
     def _send(self, url: str) -> None:
         self.failure = post(url, b"", "text/plain")
 
     def wait(self) -> str | None:
-        self._thread.join(TOTAL_BUDGET + 1.0)
+        if self._thread.ident is not None:
+            self._thread.join(TOTAL_BUDGET + 1.0)
         return self.failure
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import uuid
 from typing import Callable, NamedTuple
 
-from lockrun import host
+from lockrun import host, settings
 from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey, call_timeout_for
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
@@ -76,6 +77,12 @@ def busy_message(holder: Holder) -> str:
     if holder.slotted:
         who = f"lock {holder.name!r} is busy: every --slots slot is taken, e.g. by {holder.host or '?'}:" \
               f"{holder.pid or '?'} for {age}{run}"
+    if holder.problem:
+        force = "" if holder.foreign else "--force "
+        return (
+            f"lock {holder.name!r} is busy, and what holds it is malformed ({holder.problem});"
+            f" see lockrun status {holder.name}; lockrun unlock {force}{holder.name} clears it"
+        )
     if holder.cooling_until:
         return (
             f"lock {holder.name!r} is busy: its last run is over, but --min-hold keeps it taken for another"
@@ -105,7 +112,15 @@ class Run:
         self.backend_factory = backend_factory
         self.ledger_path = ledger_path
         self.backend_name = backend_name
-        self.report = report
+        self._error_said = False  # an error line went out: the run's one line is said
+
+        def say(level: str, message: str) -> None:
+            if level == "error":
+                self._error_said = True
+            report(level, message)
+
+        self.report = say
+        self._ledger_problem: str | None = None  # why the ledger could not be opened, not yet said
         self.ledger_keep_days = ledger_keep_days
         self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
         self.metrics_file = metrics_file
@@ -117,6 +132,8 @@ class Run:
         self.ended_wall: str | None = None
         self.duration_s: float | None = None
         self.start_ping = None  # notify.StartPing, when --ping is given and the command started
+        self._escalated_after: int | None = None  # the forwarded signal that set a SIGKILL deadline
+        self._lost_under_continue = False  # the lease was lost, and --on-lost continue let the command finish
         self._token_noted: threading.Thread | None = None
 
     # -- ledger (best effort: a broken ledger never stops the command) ------------------
@@ -132,10 +149,13 @@ class Run:
             self.ledger = None
 
     def _open_ledger(self) -> None:
+        # A ledger that cannot be opened is said once, when it is clear what that means for
+        # the run (see _say_ledger_problem): often the state directory is also what the
+        # local backend needs, and then the backend's error is the one line to print.
         try:
             self.ledger = Ledger(self.ledger_path).open()
         except LedgerError as exc:
-            self.report("warn", f"cannot open the run ledger ({exc}); the command runs regardless")
+            self._ledger_problem = f"cannot open the run ledger ({exc})"
             self.ledger = None
             return
         record = RunRecord(
@@ -147,7 +167,22 @@ class Run:
             pid_start=host.own_start(),
             once_key=self.options.once_key,
         )
-        self._ledger_call("write to", lambda ledger: ledger.start(record))
+        try:
+            self.ledger.start(record)
+        except LedgerError as exc:
+            self._ledger_problem = f"cannot write to the run ledger ({exc})"
+            self.ledger.close()
+            self.ledger = None
+
+    def _say_ledger_problem(self, command_runs: bool) -> None:
+        """Warn once that this run has no ledger row, in words that fit what happens next."""
+        if self._ledger_problem is None:
+            return
+        problem, self._ledger_problem = self._ledger_problem, None
+        if command_runs:
+            self.report("warn", f"{problem}; the command runs regardless")
+        elif not self._error_said:
+            self.report("warn", f"{problem}; this run is not recorded")
 
     def _note_fencing_token(self, fencing_token: int) -> None:
         """Put the fencing token on the running row, from a thread: a busy ledger must never hold
@@ -162,8 +197,12 @@ class Run:
             except LedgerError as exc:
                 self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
 
-        self._token_noted = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
-        self._token_noted.start()
+        noting = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
+        try:
+            noting.start()
+        except RuntimeError:
+            return  # no thread for it: the final row carries the fencing token all the same
+        self._token_noted = noting
 
     def _finish_ledger(self, outcome: Outcome) -> None:
         if self._token_noted is not None:
@@ -212,7 +251,9 @@ class Run:
             self.report("error", str(exc))
             return outcome
         self._open_ledger()
-        env = {**os.environ, "LOCKRUN_NAME": self.options.name, "LOCKRUN_RUN_ID": self.run_id}
+        # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
+        env = {**settings.environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
+               "LOCKRUN_RUN_ID": self.run_id}
         supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail)
         supervisor.install_signal_handlers()
         backend = None
@@ -233,6 +274,7 @@ class Run:
             supervisor.close()
             if backend is not None:
                 backend.close()
+        self._say_ledger_problem(command_runs=False)
         # The lock is released by now: telling someone may take seconds, never the lease.
         self._mark_ended()
         outcome = self._tell(outcome)
@@ -342,8 +384,11 @@ class Run:
             backend.wait_for_release(opts.name, min(left, expiry + 0.005, 1.0))
 
     def _forget(self, backend: Backend, name: str) -> None:
+        # The same kind of lease the acquire asked for: under --slots, the slot, not the plain key.
+        lease = Lease(name=name, token=self.token, fencing_token=0, ttl=self.options.ttl, sent_at=0.0,
+                      slots=self.options.slots)
         try:
-            backend.release(Lease(name=name, token=self.token, fencing_token=0, ttl=self.options.ttl, sent_at=0.0))
+            backend.release(lease)
         except BackendUnavailable:
             pass
 
@@ -364,8 +409,9 @@ class Run:
             self.report("info", f"{opts.name!r}: {note}; skipped")
             return Outcome(exit_code=ExitCode.OK, status="duplicate", note=note)
         if isinstance(got, Holder):
-            note = f"held by {got.describe()}"
-            self.report("info", busy_message(got))
+            note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
+            # Data lockrun did not write may never go away by itself: worth a line even without -v.
+            self.report("warn" if got.problem else "info", busy_message(got))
             return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note, holder=got)
         lease = got
         try:
@@ -378,7 +424,7 @@ class Run:
             raise
         self._mark_ended()
         # After a lost lease the release is a formality that may well fail: try once, quietly.
-        lost = outcome.status in ("lost", "preempted") or outcome.note is not None
+        lost = outcome.status in ("lost", "preempted") or self._lost_under_continue
         hold_s = 0.0
         if opts.min_hold and not lost:
             hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
@@ -405,6 +451,11 @@ class Run:
         backstop = Backstop() if opts.on_lost == "terminate" else None
         if backstop is not None:
             backstop.arm(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+            if backstop.error:
+                # Run without it rather than not at all (a sandbox may forbid POSIX timers), but say so.
+                self.report("warn", f"no backstop timer ({backstop.error}): if lockrun is stopped or starved, "
+                                    "its command may outlive the lease")
+        self._say_ledger_problem(command_runs=True)
         try:
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
@@ -412,32 +463,42 @@ class Run:
                 backstop.disarm()
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
-        self._note_fencing_token(lease.fencing_token)
-        if opts.ping_url:
-            from lockrun.notify import StartPing
-
-            self.start_ping = StartPing(opts.ping_url, self.run_id)
-        keeper = Keeper(
-            backend,
-            lease,
-            stop_grace=opts.kill_after,
-            call_timeout=self.call_timeout,
-            wake=supervisor.wake,
-            child_pid=lambda: child_pid,
-            on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
-        )
-        keeper.start()
+        keeper = None
         try:
+            # From here on the command runs: whatever fails, it is stopped before the lock goes.
+            self._note_fencing_token(lease.fencing_token)
+            if opts.ping_url:
+                from lockrun.notify import StartPing
+
+                self.start_ping = StartPing(opts.ping_url, self.run_id)
+            keeper = Keeper(
+                backend,
+                lease,
+                stop_grace=opts.kill_after,
+                call_timeout=self.call_timeout,
+                wake=supervisor.wake,
+                child_pid=lambda: child_pid,
+                on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
+            )
+            keeper.start()  # a keeper that cannot start marks the lease lost: _watch stops the command
             stop_reason, lost_note = self._watch(supervisor, keeper, backstop)
         finally:
             # Also on an unexpected error: the group is gone before the lock is released.
             if backstop is not None:
                 backstop.disarm()  # the command is gone or going: what follows may outlast the lease
             child = supervisor.finish()
-            keeper.stop()
+            if keeper is not None:
+                keeper.stop()
         if stop_reason == "lost" and keeper.preempted:
             stop_reason = "preempted"
-        return self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
+        self._lost_under_continue = lost_note is not None
+        outcome = self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
+        notes = [outcome.note] if outcome.note else []
+        if self._escalated_after is not None and child.signal == signal.SIGKILL:
+            notes.append(f"killed --kill-after {opts.kill_after:g}s after signal {self._escalated_after} was forwarded")
+        if backstop is not None and backstop.error:
+            notes.append(f"no backstop timer: {backstop.error}")
+        return outcome._replace(note="; ".join(notes) or None)
 
     def _watch(
         self, supervisor: Supervisor, keeper: Keeper, backstop: Backstop | None
@@ -454,6 +515,13 @@ class Run:
         lease_lost = False
         while not supervisor.child_exit_pending():
             now = time.monotonic()
+            if supervisor.received and self._escalated_after is None:
+                # A forwarded SIGTERM, SIGINT or SIGHUP asks the command to stop: one that ignores
+                # it is killed after --kill-after, so that nothing waits on it forever.
+                self._escalated_after = supervisor.received[0]
+                supervisor.kill_later(now + opts.kill_after)
+                self.report("info", f"forwarded signal {self._escalated_after} to the command; SIGKILL in "
+                                    f"{opts.kill_after:g}s if it is still running")
             problem = None if lease_lost else self._lease_problem(keeper, now)
             if problem is not None:
                 lease_lost = True

@@ -444,6 +444,12 @@ class Supervisor:
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
         self.kill_if_due()
 
+    def kill_later(self, at: float) -> None:
+        """SIGKILL the group at ``at`` (monotonic) unless it is gone: the grace after a signal that
+        was forwarded to it. Like :meth:`terminate`, it can only bring the SIGKILL closer."""
+        if not self.killed:
+            self.kill_at = at if self.kill_at is None else min(self.kill_at, at)
+
     def kill_if_due(self) -> None:
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
             self._killpg(signal.SIGKILL)
