@@ -9,6 +9,7 @@ to upgrade from reading to writing (the case where SQLite gives up with
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import stat
@@ -142,9 +143,27 @@ def _command_list(stored) -> list[str]:
     return [str(stored)] if stored not in (None, "") else []
 
 
+def _text_or_none(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _int_or_none(value) -> int | None:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _row_to_dict(row: sqlite3.Row) -> dict:
-    item = {key: row[key] for key in PUBLIC_FIELDS}
-    item["command"] = _command_list(item["command"])
+    """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
+    ledger may have been written by anyone: every column is read back as the type it should be."""
+    item = {key: _text_or_none(row[key]) for key in PUBLIC_FIELDS}
+    for key in ("exit_code", "signal", "pid", "fencing_token"):
+        item[key] = _int_or_none(row[key])
+    duration = row["duration_s"]
+    item["duration_s"] = float(duration) if isinstance(duration, (int, float)) and math.isfinite(duration) else None
+    item["command"] = _command_list(row["command"])
     if item["status"] == "running" and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
         item["status"] = "abandoned"  # its lockrun process is gone: it will never finish
     return item

@@ -121,7 +121,8 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
     if holder.foreign:
         cleared = backend.clear_foreign(inspection.name)
     else:
-        cleared = bool(holder.token) and backend.clear(inspection.name, holder.token, record=shared)
+        # "": a holder whose description names no usable token (the local backend finds it again).
+        cleared = backend.clear(inspection.name, holder.token or "", record=shared)
     if not cleared:
         return False, None
     try:

@@ -341,29 +341,36 @@ class LocalBackend:
 
     def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
         """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
-        lock file if that holder still holds it. An empty ``token`` stands for a holder
-        whose description names no usable token (a malformed one)."""
-        slot = next((k for k in self._held_slots(name) if self._read_info(name, k).get("token") == token), None)
-        path = self._lock_path(name, slot)
-        info = self._read_info(name, slot)
-        described = info.get("token") if isinstance(info.get("token"), str) and info.get("token") else None
-        if described != (token or None):
-            return False
-        if slot is None and self._cooling(name, info) is not None:
-            info.pop("cooling_until", None)
-            info.pop("cooling_until_epoch", None)
+        lock file if that holder still holds it. The holder is found again the way
+        ``status`` found it, so an empty ``token`` stands for one whose description names
+        no usable token (a malformed one)."""
+        for slot in [None, *self._held_slots(name)]:
+            path = self._lock_path(name, slot)
             try:
-                _write_atomically(self._info_path(name), json.dumps(info).encode())
-            except (OSError, UnsafePath) as exc:
-                raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc}") from None
+                fd = open_regular(path, os.O_RDONLY)
+            except (OSError, UnsafePath):
+                continue
+            try:
+                holder = self._holder(name, fd, slot)
+            finally:
+                os.close(fd)
+            if holder is None or (holder.token or "") != (token or ""):
+                continue
+            if holder.cooling_until:  # a finished run's --min-hold: nothing holds the kernel lock
+                info = self._read_info(name)
+                info.pop("cooling_until", None)
+                info.pop("cooling_until_epoch", None)
+                try:
+                    _write_atomically(self._info_path(name), json.dumps(info).encode())
+                except OSError as exc:
+                    raise BackendUnavailable(f"cannot write to {self.locks_dir}: {exc.strerror}") from None
+                return True
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return False
             return True
-        if not self._locked_by_other(path):
-            return False
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        return True
+        return False
 
     def clear_foreign(self, name: str) -> bool:
         """``unlock`` of something that is not a lock file (a link, a FIFO, a directory) at the

@@ -252,16 +252,21 @@ record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 5, released)
 return released
 """
 
-# Delete the keys of one lock that hold a type lockrun never writes there (a lock key that is
-# not a string, a slots key that is not a sorted set, a slot count that is not a string): no
-# lockrun lease can live under them, so `unlock` may clear them. Wakes one waiter.
+# Delete the keys of one lock that hold what lockrun never writes there (a lock key that is
+# not a string, or a string with bytes no owner token has, lockrun's being hex; a slots key
+# that is not a sorted set; a slot count that is not a string): no lockrun lease can live
+# under them, so `unlock` may clear them. Wakes one waiter.
 # KEYS: lock, slots, slots:n, wake. ARGV: wake_ttl_ms. Returns how many keys were deleted.
 CLEAR_FOREIGN_SCRIPT = """
 local deleted = 0
 local expected = {'string', 'zset', 'string'}
 for i = 1, 3 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
-  if kind ~= 'none' and kind ~= expected[i] then
+  local foreign = kind ~= 'none' and kind ~= expected[i]
+  if i == 1 and kind == 'string' then
+    foreign = string.find(redis.call('GET', KEYS[1]), '[\\128-\\255]') ~= nil
+  end
+  if foreign then
     deleted = deleted + redis.call('DEL', KEYS[i])
   end
 end
@@ -382,6 +387,17 @@ def _expiry_s(pttl) -> float | None:
 #: What a key that is not lockrun's own says in ``status`` and on a busy skip.
 NO_EXPIRY = "the lock key has no expiry (lockrun always sets one): written by something other than lockrun"
 NO_DESCRIPTION = "no holder description (its info hash is missing)"
+
+
+NOT_A_TOKEN = "the lock's value is not UTF-8 text, so no lockrun owner token: written by something other than lockrun"
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _wrong_type(key: str, kind: str, expected: str) -> str:
@@ -718,6 +734,10 @@ class RedisBackend:
     def _described(self, name: str, token, pttl, fields, slotted: bool = False) -> Holder:
         """A holder from its lock token and its description (a hash, or an error reading it)."""
         problem = None
+        if isinstance(token, bytes) and not _is_utf8(token):
+            # lockrun's owner tokens are hex: no lockrun lease holds this value.
+            return Holder.from_fields(name, {}, token=token, ttl_remaining_s=_expiry_s(pttl), slotted=slotted,
+                                      foreign=not slotted, problem=NOT_A_TOKEN)
         if isinstance(fields, Exception):
             kind = "slot info key" if slotted else "info key"
             problem, fields = f"its {kind} is not a hash: written by something other than lockrun", {}
