@@ -29,7 +29,8 @@ class Receiver:
             def do_POST(self):  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                receiver.requests.append({"path": self.path, "body": body, "type": self.headers.get("Content-Type")})
+                receiver.requests.append({"path": self.path, "body": body, "type": self.headers.get("Content-Type"),
+                                          "auth": self.headers.get("Authorization"), "host": self.headers.get("Host")})
                 if receiver.mode == "hang":
                     receiver.release.wait(30)
                 code = 500 if receiver.mode == "error" else 200
@@ -223,3 +224,26 @@ def test_without_capture_there_is_no_tail(env):
 def test_bad_notification_options_are_usage_errors(env, args):
     result = run_lockrun(env, "-n", "bad", *args, "--", "true")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_basic_auth_webhooks_and_pings_never_leak_the_credential(env, receiver):
+    import base64
+
+    host = receiver.url.split("://", 1)[1]
+    hook = f"http://hook%40user:pa%3Ass-{SECRET}@{host}/hook"
+    ping = f"http://ping:{SECRET}@{host}/check"
+    result = run_lockrun(env, "-n", "auth", "--notify", hook, "--notify-on", "failed", "--ping", ping, "--",
+                         "sh", "-c", "exit 3")
+    assert result.returncode == 3 and result.stderr == ""
+    by_path = {r["path"].split("?")[0]: r for r in receiver.requests}
+    assert set(by_path) == {"/hook", "/check/start", "/check/3"}
+    assert by_path["/hook"]["auth"] == "Basic " + base64.b64encode(f"hook@user:pa:ss-{SECRET}".encode()).decode()
+    assert by_path["/check/3"]["auth"] == "Basic " + base64.b64encode(f"ping:{SECRET}".encode()).decode()
+    assert all(r["host"] == host for r in receiver.requests)  # the user info never reached the resolver
+    assert SECRET.encode() not in b"".join(r["body"] for r in receiver.requests)
+    assert json.loads(by_path["/hook"]["body"])["status"] == "failed"
+    # An endpoint that fails: the message and the ledger note name the host only.
+    receiver.mode = "error"
+    failed = run_lockrun(env, "-n", "auth", "--notify", hook, "--notify-on", "failed", "--", "sh", "-c", "exit 3")
+    assert "HTTP 500" in failed.stderr and SECRET not in failed.stderr and "hook%40user" not in failed.stderr
+    assert SECRET not in json.dumps(history(env, "auth"))
