@@ -318,8 +318,9 @@ def status(ctx, names, as_json):
       lockrun status --json
 
     A holder is a zombie when its process is gone from this host, or its
-    heartbeat has missed two renewals. Exits 69 when the backend is unreachable,
-    after printing what the ledger knows.
+    heartbeat has missed two renewals. A lock whose record lockrun did not
+    write is malformed, with the reason. Exits 69 when the backend is
+    unreachable, after printing what the ledger knows.
     """
     from lockrun import render
     from lockrun.backends import open_backend
@@ -367,7 +368,8 @@ def unlock(ctx, name, force, yes, token_prefix, every_holder):
       lockrun unlock batch --token 3f2a     # one holder of a --slots lock
 
     Only the exact token that was inspected is deleted: a lock taken again in
-    the meantime is left alone. A lock cooling after --min-hold is cleared
+    the meantime is left alone. A lock cooling after --min-hold, or a malformed
+    one no lockrun run can hold (a Redis key of another type), is cleared
     without --force (nothing runs under it). Exits 0 when the lock is gone
     afterwards, 1 when it refused.
     """
@@ -461,9 +463,9 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
       lockrun history --status failed --json
       lockrun history --fleet --host app-2      # every host's runs, from Redis
 
-    Without --fleet it needs no backend: it reads this host's ledger only.
-    With --fleet it reads the runs every host recorded in Redis; exits 69 when
-    Redis is unreachable.
+    Without --fleet it needs no backend: it reads this host's ledger only, and
+    exits 1 when the ledger exists but cannot be read. With --fleet it reads
+    the runs every host recorded in Redis; exits 69 when Redis is unreachable.
     """
     from lockrun import render
 

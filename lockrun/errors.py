@@ -31,11 +31,13 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("128+N", "the command was killed by signal N", "yes"),
     ("2", "usage error: bad flag, value, name or missing command", "no"),
     ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
-           " local backend: the state directory cannot be used)", "no"),
+           " local backend: the state directory cannot be used), or holds data for this lock that lockrun did not"
+           " write", "no"),
     ("75", "lock busy (changeable with -E)", "no"),
     ("76", "the lease was lost (--on-lost terminate) or another run replaced it (--replace), and the command"
            " was terminated", "stopped"),
-    ("78", "bad configuration file", "no"),
+    ("78", "bad configuration file or Redis password file (unreadable, out of range, or not owned by you or root)",
+     "no"),
     ("124", "--timeout expired and the command was stopped", "stopped"),
     ("125", "lockrun itself failed", "maybe"),
     ("126 / 127", "the command is not executable / not found", "no"),

@@ -48,6 +48,9 @@ ENVIRONMENT = [
     ("LOCKRUN_REDIS_URL", "Redis URL (redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/, "
                           "redis+sentinel://h1:26379,h2:26379/mymaster/0); without one the local backend is used."),
     ("LOCKRUN_REDIS_CA", "CA certificates that verify a rediss:// server (default: the system's)."),
+    ("LOCKRUN_REDIS_PASSWORD_FILE", "File whose first line is the Redis password (config: redis_password_file), "
+                                    "so that it is in neither argv nor the environment. Owned by root or you, "
+                                    "writable by nobody else, not readable by others."),
     ("LOCKRUN_PREFIX", "Namespace of every Redis key (default lockrun:)."),
     ("LOCKRUN_LEDGER", "Path of the SQLite run ledger (default $LOCKRUN_STATE_DIR/ledger.db)."),
     ("LOCKRUN_STATE_DIR", "Where the ledger and local locks live (default /var/lib/lockrun for root, "
@@ -55,16 +58,19 @@ ENVIRONMENT = [
     ("LOCKRUN_CONFIG", "TOML config file to use instead of the default locations."),
     ("LOCKRUN_TTL", "Default lease length in seconds."),
     ("NO_COLOR", "Disables colour in the status and history tables."),
-    ("LOCKRUN_NAME, LOCKRUN_RUN_ID, LOCKRUN_FENCING_TOKEN", "Set by lockrun for the command it runs."),
+    ("LOCKRUN_NAME, LOCKRUN_RUN_ID, LOCKRUN_FENCING_TOKEN", "Set by lockrun for the command it runs. The "
+     "command's LOCKRUN_REDIS_URL, if lockrun had one, has no password."),
 ]
 
 FILES = [
-    ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, socket_timeout, connect_timeout, prefix, "
-                          "ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, metrics_file, "
-                          "fleet_keep_runs, fleet_keep_days. "
-                          "Must not be world-writable. Used if it exists."),
+    ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, redis_password_file, socket_timeout, "
+                          "connect_timeout, prefix, ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, "
+                          "metrics_file, fleet_keep_runs, fleet_keep_days. Must be owned by root or you and writable "
+                          "by nobody else. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
-    ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode)."),
+    ("$LOCKRUN_STATE_DIR/", "Must be owned by you or root and writable by nobody else; created 0700. lockrun "
+                            "follows no link in it."),
+    ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode), created 0600."),
     ("$LOCKRUN_STATE_DIR/locks/", "Local-backend lock files (POSIX record locks) and holder descriptions."),
     ("$LOCKRUN_STATE_DIR/once/", "Local-backend --once keys that succeeded."),
 ]
@@ -180,7 +186,8 @@ def render() -> str:
         ".PP",
         esc("unlock exits 0 when the lock is gone afterwards (or was not held), 1 when it refused. "
             "status exits 0, or 69 when the backend is unreachable (after printing what the ledger knows). "
-            "history exits 0; prune exits 0, or 1 when the ledger cannot be written."),
+            "history, show and metrics exit 0, or 1 when the ledger exists but cannot be read (show also when no "
+            "run has that id); prune exits 0, or 1 when the ledger cannot be written."),
         ".SH EXAMPLES",
     ]
     for text, example in EXAMPLES:
