@@ -224,6 +224,18 @@ def test_an_info_key_of_another_type_is_one_line_and_force_clears_it(env, redis_
     assert run_lockrun(env, "-n", "z", "--", "true").returncode == 0
 
 
+def test_a_fence_counter_that_is_no_number_names_the_key_and_is_never_reset(env, redis_server):
+    client = redis_server.client()
+    client.set("lockrun:{f}:fence", "abc")
+    assert_one_line(run_lockrun(env, "-n", "f", "--", "true"), 69, "lockrun:{f}:fence holds 'abc', not a number",
+                    "never resets a fence counter")
+    assert run_lockrun(env, "unlock", "f", "--yes", "--force").stdout == "'f' is not held\n"
+    assert client.get("lockrun:{f}:fence") == b"abc"  # the operator's call, not lockrun's
+    client.set("lockrun:{f}:fence", "41")
+    assert run_lockrun(env, "-n", "f", "--", "true").returncode == 0
+    assert history(env, "f")[0]["fencing_token"] >= 42
+
+
 def test_a_local_description_with_a_list_heartbeat(local_env, tmp_path):
     flag = tmp_path / "started"
     holder = spawn_lockrun(local_env, "-n", "hb", "--ttl", "2", "--", "sh", "-c", f"touch {flag}; exec sleep 60")

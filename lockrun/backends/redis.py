@@ -253,27 +253,31 @@ return released
 """
 
 # Delete the keys of one lock that hold what lockrun never writes there (a lock key that is
-# not a string, or a string with bytes no owner token has, lockrun's being hex; a slots key
-# that is not a sorted set; a slot count that is not a string): no lockrun lease can live
-# under them, so `unlock` may clear them. Wakes one waiter.
-# KEYS: lock, slots, slots:n, wake. ARGV: wake_ttl_ms. Returns how many keys were deleted.
+# not a string, or a string with bytes no owner token has, lockrun's being hex; an info hash,
+# a slots sorted set, a slot count, a wake list or a preemption request of another type or
+# shape): no lockrun lease can live under them, so `unlock` may clear them. The fence counter
+# is never touched: it must only grow. Wakes one waiter.
+# KEYS: lock, info, slots, slots:n, preempt, wake. ARGV: wake_ttl_ms. Returns how many keys
+# were deleted.
 CLEAR_FOREIGN_SCRIPT = """
 local deleted = 0
-local expected = {'string', 'zset', 'string'}
-for i = 1, 3 do
+local expected = {'string', 'hash', 'zset', 'string', 'string', 'list'}
+for i = 1, 6 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
   local foreign = kind ~= 'none' and kind ~= expected[i]
   if i == 1 and kind == 'string' then
     foreign = string.find(redis.call('GET', KEYS[1]), '[\\128-\\255]') ~= nil
+  elseif i == 4 and kind == 'string' then
+    foreign = tonumber(redis.call('GET', KEYS[4])) == nil
   end
   if foreign then
     deleted = deleted + redis.call('DEL', KEYS[i])
   end
 end
 if deleted > 0 then
-  redis.call('LPUSH', KEYS[4], '1')
-  redis.call('LTRIM', KEYS[4], 0, 63)
-  redis.call('PEXPIRE', KEYS[4], ARGV[1])
+  redis.call('LPUSH', KEYS[6], '1')
+  redis.call('LTRIM', KEYS[6], 0, 63)
+  redis.call('PEXPIRE', KEYS[6], ARGV[1])
 end
 return deleted
 """
@@ -493,13 +497,40 @@ class RedisBackend:
                 " or LOCKRUN_REDIS_PASSWORD_FILE"
             )
         if "WRONGTYPE" in reason or "not an integer" in reason:
-            reason = reason.split(" script: ")[0]
-            name = self._name_of(key) if key else "NAME"
-            return ForeignData(
-                f"Redis at {self._redacted} holds data for lock {name!r} that lockrun did not write ({reason});"
-                f" see lockrun status {name}, and clear it with lockrun unlock --force {name}"
-            )
+            return self._foreign_data(self._name_of(key) if key else None, reason.split(" script: ")[0])
         return BackendUnavailable(f"Redis at {self._redacted} is unavailable: {reason}")
+
+    def _foreign_data(self, name: str | None, reason: str) -> ForeignData:
+        """A script failed on a key lockrun did not write: say which key, and how to get rid of it."""
+        odd = self._odd_keys(name) if name else []
+        where = "; ".join(text for text, _ in odd) or reason
+        message = f"Redis at {self._redacted} holds data for lock {name or '?'!r} that lockrun did not write ({where})"
+        if any(not clearable for _, clearable in odd):
+            keys = lock_keys(self.prefix, name)
+            message += (f"; lockrun never resets a fence counter (fencing tokens must only grow): repair {keys.fence}"
+                        " by hand, for example SET it to a number above every token handed out")
+        elif name:
+            message += f"; see lockrun status {name}, and clear it with lockrun unlock --force {name}"
+        return ForeignData(message)
+
+    def _odd_keys(self, name: str) -> list[tuple[str, bool]]:
+        """(what is wrong, whether unlock can clear it) for each key of ``name`` of an unexpected type."""
+        keys = lock_keys(self.prefix, name)
+        expected = [(keys.lock, "string"), (keys.info, "hash"), (keys.fence, "string"), (keys.preempt, "string"),
+                    (keys.slots, "zset"), (keys.slot_count, "string"), (keys.wake, "list")]
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key, _ in expected:
+                pipe.type(key)
+            kinds = [_text(kind) for kind in pipe.execute()]
+            fence = self._client.get(keys.fence) if kinds[2] == "string" else None
+        except REDIS_ERRORS:
+            return []  # the server said enough already: the generic line will do
+        odd = [(f"{key} is a {kind}, not a {want}", key != keys.fence)
+               for (key, want), kind in zip(expected, kinds) if kind not in ("none", want)]
+        if fence is not None and _int_or_none(fence) is None:
+            odd.append((f"{keys.fence} holds {_text(fence)[:40]!r}, not a number", False))
+        return odd
 
     def _eval(self, script: str, keys: list[str], args: list) -> object:
         # EVAL (not EVALSHA + load) keeps every operation at exactly one round trip,
@@ -624,7 +655,7 @@ class RedisBackend:
     def clear_foreign(self, name: str) -> bool:
         """Delete the keys of ``name`` that are of a type lockrun never writes there; wake one waiter."""
         keys = lock_keys(self.prefix, name)
-        script_keys = [keys.lock, keys.slots, keys.slot_count, keys.wake]
+        script_keys = [keys.lock, keys.info, keys.slots, keys.slot_count, keys.preempt, keys.wake]
         return int(self._eval(CLEAR_FOREIGN_SCRIPT, script_keys, [WAKE_TTL_MS])) > 0
 
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
