@@ -492,7 +492,8 @@ class Run:
         if stop_reason == "lost" and keeper.preempted:
             stop_reason = "preempted"
         self._lost_under_continue = lost_note is not None
-        outcome = self._outcome(child, stop_reason, lost_note, lease, supervisor.tail.text() if supervisor.tail else None)
+        tail = supervisor.tail.text() if supervisor.tail else None
+        outcome = self._outcome(child, stop_reason, lost_note, lease, tail)
         notes = [outcome.note] if outcome.note else []
         if self._escalated_after is not None and child.signal == signal.SIGKILL:
             notes.append(f"killed --kill-after {opts.kill_after:g}s after signal {self._escalated_after} was forwarded")

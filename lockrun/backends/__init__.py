@@ -134,7 +134,7 @@ def _as_command(value) -> list[str]:
 
 
 class Holder(NamedTuple):
-    """Who holds a lock, as recorded in the backend (contract §7).
+    """Who holds a lock, as recorded in the backend (README, "Redis keys").
 
     Build one with :meth:`from_fields`: the one place where a holder record read back
     from Redis or the state directory (possibly written by someone else) is parsed.
