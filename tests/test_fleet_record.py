@@ -277,3 +277,25 @@ def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path
                                                         ("failed", "app-a")]
     last = hosts.json("app-b", "status", "z")["locks"][0]["last_run"]
     assert (last["status"], last["exit_code"]) == ("failed", 9)
+
+
+def test_show_fleet_pages_through_long_streams(redis_server, monkeypatch):
+    from lockrun import fleet
+    from lockrun.backends import FleetRecord, Lease
+    from lockrun.backends import redis_fleet
+    from lockrun.backends.redis import RedisBackend
+
+    monkeypatch.setattr(redis_fleet, "FIND_PAGE", 7)  # every scan call sees a few entries only
+    backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
+    try:
+        for i in range(30):
+            lease = backend.acquire("long", f"tok{i}", 5.0, {"run_id": f"{i:032x}", "host": "h"})
+            assert isinstance(lease, Lease)
+            backend.release(lease, record=FleetRecord({"run_id": f"{i:032x}", "status": "failed", "exit_code": i}))
+        row, tail, events = fleet.find_run(backend.fleet_record(), backend.holders, f"{0:032x}")
+        assert (row["exit_code"], [e["event"] for e in events], tail) == (0, ["start", "end"], None)
+        assert fleet.find_run(backend.fleet_record(), backend.holders, f"{29:032x}")[0]["exit_code"] == 29
+        with pytest.raises(fleet.FleetReadError):
+            fleet.find_run(backend.fleet_record(), backend.holders, "0000")
+    finally:
+        backend.close()

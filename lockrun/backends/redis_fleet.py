@@ -20,21 +20,24 @@ if TYPE_CHECKING:
 #: A stream entry: its ID ("ms-seq") and its fields (bytes or str keys and values).
 Event = tuple[str, dict]
 
-# Every entry of one name's stream whose run id starts with ARGV[1], newest first, and the
-# ``last`` hash if it describes that run (for its output tail). Scanning happens in Redis:
-# `show --fleet` asks every name, and only the matches cross the network.
-# KEYS: runs, last. ARGV: run id prefix. Returns {entries, last-as-flat-list or {}}.
+# The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
+# whose run id starts with ARGV[1], and the ``last`` hash if it describes such a run (for its
+# output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
+# each call short, so a long stream never holds up the renewals of every other host.
+# KEYS: runs, last. ARGV: run id prefix, "+" or "(ID", page size.
+# Returns {entries, last-as-flat-list or {}, ID of the page's oldest entry or "" at the end}.
 FIND_RUN_SCRIPT = """
 local found = {}
-local ok, entries = pcall(redis.call, 'XREVRANGE', KEYS[1], '+', '-')
-if ok then
-  for _, entry in ipairs(entries) do
-    local fields = entry[2]
-    for i = 1, #fields - 1, 2 do
-      if fields[i] == 'run_id' then
-        if string.sub(fields[i + 1], 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
-        break
-      end
+local ok, entries = pcall(redis.call, 'XREVRANGE', KEYS[1], ARGV[2], '-', 'COUNT', ARGV[3])
+if not ok then
+  return {found, {}, ''}
+end
+for _, entry in ipairs(entries) do
+  local fields = entry[2]
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'run_id' then
+      if string.sub(fields[i + 1], 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
+      break
     end
   end
 end
@@ -45,8 +48,11 @@ if #found > 0 then
     last = redis.call('HGETALL', KEYS[2])  -- HGET worked: it is a hash
   end
 end
-return {found, last}
+local oldest = ''
+if #entries == tonumber(ARGV[3]) then oldest = entries[#entries][1] end
+return {found, last, oldest}
 """
+FIND_PAGE = 2000  # stream entries one call of FIND_RUN_SCRIPT looks at: about a millisecond of Redis
 
 
 def _pairs(flat) -> dict:
@@ -135,28 +141,40 @@ class RedisFleetRecord:
 
     def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict]]:
         """(name, matching events newest first, ``last`` if it is that run) for each name with a match."""
+        events: dict[str, list[Event]] = {}
+        lasts: dict[str, dict] = {}
+        cursors = {name: "+" for name in names}
+        while cursors:
+            asked = list(cursors)
+            replies = self._find_page([(lock_keys(self._prefix, n), cursors[n]) for n in asked], run_id_prefix)
+            cursors = {}
+            for name, reply in zip(asked, replies):
+                if not isinstance(reply, list) or len(reply) != 3:
+                    continue  # this name's keys are not what lockrun wrote
+                matched = [(_text(entry[0]), _pairs(entry[1])) for entry in reply[0] or [] if isinstance(entry, list)]
+                if matched:
+                    events.setdefault(name, []).extend(matched)
+                    lasts[name] = lasts.get(name) or _pairs(reply[1])
+                if reply[2]:
+                    cursors[name] = f"({_text(reply[2])}"
+        return [(name, events[name], lasts.get(name, {})) for name in names if name in events]
 
-        every = [lock_keys(self._prefix, name) for name in names]
-        if self._backend.is_cluster:  # a cluster pipeline cannot carry scripts: one call per name
+    def _find_page(self, pages: list, run_id_prefix: str) -> list:
+        """One FIND_RUN_SCRIPT call per (keys, cursor): pipelined, or one by one on a Cluster,
+        whose pipelines cannot carry scripts."""
+        args = (run_id_prefix,)
+        if not self._backend.is_cluster:
+            return self._pipelined(pages, lambda pipe, page: pipe.eval(
+                FIND_RUN_SCRIPT, 2, page[0].runs, page[0].last, *args, page[1], FIND_PAGE))
 
-            def one_by_one() -> list:
-                replies = []
-                for keys in every:
-                    try:
-                        replies.append(self._client.eval(FIND_RUN_SCRIPT, 2, keys.runs, keys.last, run_id_prefix))
-                    except redis.ResponseError as exc:  # this name's keys are not what lockrun wrote
-                        replies.append(exc)
-                return replies
+        def one_by_one() -> list:
+            replies: list = []
+            for keys, cursor in pages:
+                try:
+                    replies.append(self._client.eval(FIND_RUN_SCRIPT, 2, keys.runs, keys.last, *args, cursor,
+                                                     FIND_PAGE))
+                except redis.ResponseError as exc:  # this name's keys are not what lockrun wrote
+                    replies.append(exc)
+            return replies
 
-            replies = self._call(one_by_one)
-        else:
-            replies = self._pipelined(
-                every, lambda pipe, keys: pipe.eval(FIND_RUN_SCRIPT, 2, keys.runs, keys.last, run_id_prefix)
-            )
-        found = []
-        for name, reply in zip(names, replies):
-            if not isinstance(reply, list) or len(reply) != 2 or not reply[0]:
-                continue
-            events = [(_text(entry[0]), _pairs(entry[1])) for entry in reply[0] if isinstance(entry, list)]
-            found.append((name, events, _pairs(reply[1])))
-        return found
+        return self._call(one_by_one)
