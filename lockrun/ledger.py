@@ -14,7 +14,7 @@ import os
 import sqlite3
 import stat
 import time
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 from pathlib import Path
 
 from lockrun import host as this_host
@@ -28,7 +28,7 @@ SQL_ERRORS = (sqlite3.Error, OverflowError)
 # The files SQLite opens beside the database (WAL mode): none of them may be a link.
 SIDE_FILES = ("-wal", "-shm", "-journal")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 15000
 
 STATUSES = (
@@ -91,6 +91,11 @@ _MIGRATIONS = {
     3: """
         ALTER TABLE runs ADD COLUMN output_tail TEXT;
     """,
+    # `lockrun timeline`: a lock name's runs that reach into a window are one range of this index
+    # (by end time; a run still running has no end and sorts first), read without the table.
+    4: """
+        CREATE INDEX IF NOT EXISTS runs_timeline ON runs (name, ended_at, started_at, status, duration_s, host);
+    """,
 }
 
 # The columns of ``history --json`` (contract §8), in order.
@@ -113,6 +118,7 @@ PUBLIC_FIELDS = (
     "note",
 )
 _SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
+_SKIPS = "('busy', 'duplicate', 'unlocked')"  # outcomes where nothing ran
 
 
 class RunRecord(NamedTuple):
@@ -456,6 +462,127 @@ class Ledger:
         try:
             return [tuple(row) for row in self._db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
         except SQL_ERRORS as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    def _rows(self, cursor: sqlite3.Cursor, sql: str, params: dict) -> list[tuple]:
+        """All rows of a query; text that is not UTF-8 (a row someone else wrote) is read with
+        replacement characters instead of failing the whole query."""
+        try:
+            return cursor.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+        self._db.text_factory = lambda data: data.decode("utf-8", "replace")
+        try:
+            return cursor.execute(sql, params).fetchall()
+        finally:
+            self._db.text_factory = str
+
+    def names(self) -> list[str]:
+        """Every lock name in the ledger, one index seek each (a loose index scan, not a table scan)."""
+        found: list[str] = []
+        last = b""  # the raw bytes: a name that is not UTF-8 is stepped over, not fatal
+        try:
+            while True:
+                row = self._db.execute(
+                    "SELECT CAST(min(name) AS BLOB) FROM runs WHERE name > CAST(? AS TEXT)", (last,)
+                ).fetchone()
+                if row is None or row[0] is None:
+                    return found
+                last = row[0]
+                try:
+                    found.append(last.decode("utf-8"))
+                except UnicodeDecodeError:
+                    continue
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    def window_lanes(
+        self, since: str, until: str, names: list[str] | None = None, *, host: str | None = None,
+        by_host: bool = False,
+    ) -> list[tuple[str, str | None]]:
+        """The (name, host) lanes a timeline of [since, until) has, in order: names with a row in
+        the window (every one of ``names`` when given), with ``by_host`` one lane per host."""
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        where = "name = :name AND ended_at >= :since AND started_at < :until" + (
+            " AND host = :host" if host is not None else "")
+        probe = f"SELECT 1 FROM runs WHERE {where} LIMIT 1"
+        probe_open = f"SELECT 1 FROM runs WHERE name = :name AND ended_at IS NULL AND started_at < :until" + (
+            " AND host = :host LIMIT 1" if host is not None else " LIMIT 1")
+        hosts_sql = (f"SELECT DISTINCT CAST(host AS TEXT) FROM runs WHERE {where} UNION"
+                     " SELECT DISTINCT CAST(host AS TEXT) FROM runs WHERE name = :name AND ended_at IS NULL"
+                     " AND started_at < :until" + (" AND host = :host" if host is not None else "") + " ORDER BY 1")
+        lanes: list[tuple[str, str | None]] = []
+        try:
+            for name in self.names() if names is None else names:
+                params = {"name": name, "since": since, "until": until, "host": host}
+                if by_host:
+                    hosts = [row[0] for row in self._rows(self._db.cursor(), hosts_sql, params)]
+                    lanes.extend((name, h) for h in hosts)
+                    if not hosts and names is not None:
+                        lanes.append((name, None))
+                elif names is not None or self._db.execute(probe, params).fetchone() \
+                        or self._db.execute(probe_open, params).fetchone():
+                    lanes.append((name, None))
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        return lanes
+
+    def window(
+        self, since: str, until: str, names: list[str] | None = None, *, host: str | None = None,
+        with_host: bool = False, detail: bool = False,
+    ) -> Iterator[tuple[str, list[tuple], list[tuple]]]:
+        """(name, runs, skips) of each lock name with a row in [since, until), one name at a time.
+
+        ``since`` and ``until`` are ISO timestamps. Runs and skips are plain tuples in the field
+        order of ``timeline.RunSpan`` (started_at, ended_at, status, duration_s, then with
+        ``with_host`` host, and with ``detail`` host, run_id and exit_code): plain, short tuples
+        from one index range per name, because a busy week is a million rows, and yielded one name
+        at a time so that only one name's runs are in memory. Runs: the finished ones ordered by
+        end, then the unfinished ones (``ended_at`` None; ``running``, or ``abandoned`` when its
+        process is known to be gone). Skips (``busy``, ``duplicate``, ``unlocked``) ordered by
+        start. Names without a row in the window are left out unless named.
+        """
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        extra = ", host, run_id, exit_code" if detail else (", host" if with_host else "")
+        columns = ("started_at, ended_at, status,"
+                   " CASE WHEN typeof(duration_s) IN ('real', 'integer') AND abs(duration_s) < 1e12 THEN duration_s END"
+                   + extra)
+        host_filter = " AND host = :host" if host is not None else ""
+        # typeof() guards: a row someone else wrote with a number for a time must not end up
+        # compared with text in Python.
+        finished = (
+            f"SELECT {columns} FROM runs WHERE name = :name AND ended_at >= :since AND started_at < :until"
+            " AND typeof(started_at) = 'text' AND typeof(ended_at) = 'text'"
+        )
+        runs_sql = finished + f" AND status NOT IN {_SKIPS}{host_filter} ORDER BY ended_at, started_at"
+        skips_sql = (
+            finished + f" AND started_at >= :since AND status IN {_SKIPS}{host_filter} ORDER BY ended_at, started_at"
+        )
+        open_sql = (
+            f"SELECT {columns}, host, boot_id, pid, pid_start FROM runs WHERE name = :name AND ended_at IS NULL"
+            f" AND started_at < :until AND typeof(started_at) = 'text' AND status NOT IN {_SKIPS}{host_filter}"
+            " ORDER BY started_at"
+        )
+        width = 7 if detail else (5 if with_host else 4)  # columns before the liveness ones
+        try:
+            cursor = self._db.cursor()
+            cursor.row_factory = None  # plain tuples: several times cheaper than sqlite3.Row
+            for name in self.names() if names is None else names:
+                params = {"name": name, "since": since, "until": until, "host": host}
+                runs = self._rows(cursor, runs_sql, params)
+                for row in self._rows(cursor, open_sql, params):
+                    status = row[2]
+                    if status == "running" and this_host.known_dead(*row[width:]):
+                        status = "abandoned"  # its lockrun process is gone: it will never finish
+                    runs.append((row[0], None, status, None, *row[4:width]))
+                skips = self._rows(cursor, skips_sql, params)
+                if runs or skips or names is not None:
+                    skips.sort()
+                    yield name, runs, skips
+        except sqlite3.Error as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
 
     def last_with_status(self, name: str, status: str) -> dict | None:
