@@ -62,6 +62,14 @@ LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value),
 REDIS_URL = Validated("URL", lambda value, what: settings.validate_redis_url(value), echo_value=False)
 
 
+def _moment(value: str, what: str):
+    from lockrun.timeline import parse_moment  # not at import time: `run` never needs it
+
+    return parse_moment(value, what)
+
+
+MOMENT = Validated("TIME", _moment)
+HOST = Validated("H", settings.validate_host)
 SIZE = Validated("SIZE", settings.parse_size)
 NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
 ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
@@ -508,6 +516,104 @@ def _fleet_history(record, backend, name, host_filter, limit, status_filter, sin
     since_ms = max(0, int((time.time() - since) * 1000)) if since is not None else None
     return fleet.history(record, backend.holders, name, host=host_filter, limit=limit, status=status_filter,
                          since_ms=since_ms)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
+@click.option("--since", type=MOMENT, default="24h", show_default=True,
+              help="Start of the window: a duration before --until (90m, 24h, 7d), or a time (yesterday, 14:00, "
+                   "2026-11-30, '2026-11-30 14:00', 2026-11-30T14:00Z; local time unless it says otherwise).")
+@click.option("--until", type=MOMENT, help="End of the window: a time, or a duration ago (2h) [default: now].")
+@click.option("--host", "host_filter", type=HOST, metavar="H", help="Only runs on host H.")
+@click.option("--by-host", is_flag=True, help="One row per name and host.")
+@click.option("--width", type=click.IntRange(*settings.TIMELINE_WIDTHS), metavar="N",
+              help="Characters per line [default: the terminal's, else $COLUMNS, else 100].")
+@click.option("--svg", "svg_path", metavar="FILE",
+              help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it.")
+@global_options
+@click.pass_context
+def timeline(ctx, names, since, until, host_filter, by_host, width, svg_path):
+    """Draw the runs of a window of time: one row per lock name, a bar per run.
+
+    \b
+      lockrun timeline                                   # the last 24 hours
+      lockrun timeline nightly-dump sync-invoices --since 7d
+      lockrun timeline --since yesterday --until today --svg yesterday.svg
+
+    Bars are coloured by status (letters without colour: S succeeded, F failed,
+    T timeout, L lost or preempted, K killed, R running, A abandoned, E error,
+    U unavailable); a dot marks a busy skip. Runs of one name that overlap are
+    drawn on stacked rows. Each row ends with its runs, failures, median and
+    longest duration, and the last status. Reads the local ledger only.
+    """
+    from lockrun import render_timeline as drawing
+    from lockrun import timeline as tl
+
+    resolved = _settings(ctx)
+    window = tl.resolve_window(since, until)
+    wanted = list(names) or None
+    book = _open_ledger_for_reading(resolved.ledger_path)
+    try:
+        labels, charts = _timeline_charts(book, window, wanted, host_filter, by_host, detail=svg_path is not None)
+        if svg_path is not None:
+            from lockrun.host import hostname
+
+            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in the ledger of {hostname()}")
+            try:
+                _write_file(svg_path, document)
+            except OSError as exc:
+                _say(f"cannot write the SVG to {svg_path}: {exc.strerror or exc}")
+                ctx.exit(1)
+        elif not labels:
+            drawing.print_empty(window, wanted)
+        else:
+            drawing.print_text(labels, charts, window, width or drawing.default_width())
+    finally:
+        if book is not None:
+            book.close()
+    ctx.exit(0)
+
+
+def _timeline_charts(book, window, names, host, by_host, detail):
+    """The lanes' labels, and their charts as a stream: from this host's ledger.
+
+    The seam for other sources: rows shaped like ``history --json`` (the fleet record's, say)
+    become lanes through ``timeline.lanes_from_rows(rows, window, host=..., by_host=...)``, then
+    charts through ``timeline.layout``.
+    """
+    from lockrun import timeline as tl
+
+    if book is None:
+        lanes = [tl.Lane(name, None, [], []) for name in names or []]
+        return [lane.name for lane in lanes], tl.layout(lanes, window)
+    since, until = tl.iso(window.since), tl.iso(window.until)
+    keys = book.window_lanes(since, until, names, host=host, by_host=by_host)
+    runs = book.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
+                       with_host=by_host, detail=detail)
+    return [tl.label(name, lane_host) for name, lane_host in keys], tl.layout(tl.lanes(runs, by_host), window)
+
+
+def _write_file(path: str, text: str) -> None:
+    """``-`` is standard output; a file is replaced whole (written beside it, then renamed)."""
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    import os
+    import tempfile
+
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".lockrun-")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
 
 
 @cli.command(context_settings=CONTEXT)

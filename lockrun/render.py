@@ -9,17 +9,32 @@ import sys
 from lockrun.clock import human_duration, seconds_since
 
 STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
+# One palette for every table and chart: ledger status -> rich style. The timeline's SVG
+# draws the same colours (STYLE_HEX).
 STATUS_STYLES = {
     "succeeded": "green",
     "failed": "red",
     "lost": "bold red",
-    "timeout": "red",
+    "preempted": "bold red",
+    "timeout": "magenta",
     "killed": "red",
     "error": "red",
     "unavailable": "yellow",
     "abandoned": "yellow",
     "busy": "dim",
+    "duplicate": "dim",
+    "unlocked": "dim",
     "running": "cyan",
+}
+# The palette's styles as SVG colours.
+STYLE_HEX = {
+    "green": "#2f9e44",
+    "red": "#e03131",
+    "bold red": "#9c1c1c",
+    "yellow": "#e6a700",
+    "cyan": "#1c9fc2",
+    "magenta": "#ae3ec9",
+    "dim": "#adb5bd",
 }
 
 

@@ -151,6 +151,18 @@ def parse_min_hold(text: str, what: str) -> float:
     return parse_duration(text, what, maximum=MAX_SECONDS)
 
 
+TIMELINE_WIDTHS = (70, 1000)  # `timeline --width`: the narrowest that leaves ten columns of time
+
+_HOST_RE = re.compile(r"[^\x00-\x20\x7f]{1,255}")
+
+
+def validate_host(text: str, what: str) -> str:
+    """A host name to filter on: 1 to 255 printable characters, no spaces."""
+    if not _HOST_RE.fullmatch(str(text)):
+        raise UsageError(f"invalid {what} {text!r}: expected a host name (1 to 255 printable characters, no spaces)")
+    return str(text)
+
+
 _SIZE_RE = re.compile(r"(\d+)([kKmM]?)[bB]?")
 MAX_TAIL = 16 * 1024 * 1024
 
