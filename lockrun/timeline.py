@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from datetime import datetime, time, timedelta, timezone
-from itertools import compress
-from operator import eq, itemgetter, le
+from itertools import compress, islice
+from functools import partial
+from operator import eq, is_not, itemgetter, le, lt
 from typing import Iterable, Iterator, NamedTuple
 
 from lockrun.clock import ISO_FORMAT, parse_iso
@@ -309,12 +310,12 @@ def layout(lanes_: Iterable[Lane], window: Window) -> Iterator[LaneChart]:
 def _lane_chart(lane: Lane, open_end: str) -> LaneChart:
     runs = lane.runs
     tracks = _tracks(runs, open_end)
-    statuses = [s for track in tracks for s in track.statuses]
-    durations = [d for d in map(itemgetter(_DURATION), runs) if d is not None]
-    last = max(runs, key=itemgetter(_START))[_STATUS] if runs else None
+    durations = list(filter(partial(is_not, None), map(itemgetter(_DURATION), runs)))
+    # Each track is in order of start: the last run to start ends one of them.
+    last = max((track.runs[-1] for track in tracks), key=itemgetter(_START))[_STATUS] if tracks else None
     figures = Figures(
         runs=len(runs),
-        failures=sum(map(FAILURES.__contains__, statuses)),
+        failures=sum(sum(map(FAILURES.__contains__, track.statuses)) for track in tracks),
         skips=len(lane.marks),
         median_s=_median(durations),
         max_s=max(durations) if durations else None,
@@ -349,8 +350,11 @@ def _tracks(runs: list, open_end: str) -> list[Track]:
     ends = list(map(itemgetter(_END), runs))
     if None in ends:
         ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends)]
-    if all(map(le, starts, ends)) and all(map(le, ends, starts[1:])):
-        return [_track(runs, starts, ends)]
+    # Every run has a length (the common case: one pass proves both that and start <= end) or at
+    # least does not end before it starts; and each ends before the next begins.
+    has_length = all(map(lt, starts, ends))
+    if (has_length or all(map(le, starts, ends))) and all(map(le, ends, islice(starts, 1, None))):
+        return [_track(runs, starts, ends, has_length)]
     ordered = sorted(zip(starts, (max(s, e) for s, e in zip(starts, ends)), range(len(runs))))
     free_at: list[str] = []  # per sub-row: when its last run ended
     members: list[list[int]] = []
@@ -367,7 +371,7 @@ def _tracks(runs: list, open_end: str) -> list[Track]:
     tracks = []
     for indexes in members:
         tracks.append(_track([runs[i] for i in indexes], [starts[i] for i in indexes],
-                             [max(starts[i], ends[i]) for i in indexes]))
+                             [max(starts[i], ends[i]) for i in indexes], False))
     return tracks
 
 
@@ -379,11 +383,11 @@ def _open_end(run: tuple, open_end: str) -> str:
     return run[_START]
 
 
-def _track(runs: list, starts: list[str], ends: list[str]) -> Track:
+def _track(runs: list, starts: list[str], ends: list[str], has_length: bool) -> Track:
     # A run of no length (a run that never started: unavailable, error; an abandoned one) ends,
     # as drawn, just after its start: "~" sorts after the "Z" that ends every timestamp and
     # before any later timestamp, so the run fills exactly the cell it started in.
-    if any(map(eq, starts, ends)):
+    if not has_length and any(map(eq, starts, ends)):
         ends = list(ends)
         for i in compress(range(len(ends)), map(eq, starts, ends)):
             ends[i] = starts[i] + "~"
