@@ -57,7 +57,9 @@ ENVIRONMENT = [
                           "else $XDG_STATE_HOME/lockrun, i.e. ~/.local/state/lockrun)."),
     ("LOCKRUN_CONFIG", "TOML config file to use instead of the default locations."),
     ("LOCKRUN_TTL", "Default lease length in seconds."),
-    ("NO_COLOR", "Disables colour in the status and history tables."),
+    ("NO_COLOR", "Disables colour in the status and history tables and the timeline (which then draws letters)."),
+    ("FORCE_COLOR", "Colour even when standard output is not a terminal."),
+    ("COLUMNS", "Width of the timeline when standard output is not a terminal (default 100)."),
     ("LOCKRUN_NAME, LOCKRUN_RUN_ID, LOCKRUN_FENCING_TOKEN", "Set by lockrun for the command it runs. The "
      "command's LOCKRUN_REDIS_URL, if lockrun had one, has no password."),
 ]
@@ -92,6 +94,8 @@ EXAMPLES = [
      "lockrun status\nlockrun history sync-invoices --since 7d\nlockrun unlock sync-invoices"),
     ("Every host's runs of a job, from the fleet record in Redis, and one scrape for the fleet:",
      "lockrun history --fleet sync-invoices --since 7d\nlockrun metrics --fleet"),
+    ("The last day of runs at a glance, and a week of two jobs as an image for a ticket:",
+     "lockrun timeline\nlockrun timeline nightly-dump sync-invoices --since 7d --svg week.svg"),
 ]
 
 
@@ -187,7 +191,8 @@ def render() -> str:
         esc("unlock exits 0 when the lock is gone afterwards (or was not held), 1 when it refused. "
             "status exits 0, or 69 when the backend is unreachable (after printing what the ledger knows). "
             "history, show and metrics exit 0, or 1 when the ledger exists but cannot be read (show also when no "
-            "run has that id); prune exits 0, or 1 when the ledger cannot be written."),
+            "run has that id); prune exits 0, or 1 when the ledger cannot be written; timeline exits 0, or 1 "
+            "when the ledger exists but cannot be read or the SVG cannot be written."),
         ".SH EXAMPLES",
     ]
     for text, example in EXAMPLES:
