@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from datetime import datetime, time, timedelta, timezone
-from itertools import compress, islice
 from functools import partial
+from itertools import compress, islice
 from operator import eq, is_not, itemgetter, le, lt
 from typing import Iterable, Iterator, NamedTuple
 
@@ -432,8 +432,8 @@ def mark_cells(marks: list, bounds: list[str]) -> list[bool]:
 
 _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 _STEPS = (1, 2, 5, 10, 15, 30, _MINUTE, 2 * _MINUTE, 5 * _MINUTE, 10 * _MINUTE, 15 * _MINUTE, 30 * _MINUTE,
-          _HOUR, 2 * _HOUR, 3 * _HOUR, 6 * _HOUR, 12 * _HOUR, _DAY, 2 * _DAY, 7 * _DAY)
-_MONTH_STEPS = (1, 3, 6, 12)
+          _HOUR, 2 * _HOUR, 3 * _HOUR, 6 * _HOUR, 12 * _HOUR, _DAY, 2 * _DAY, 7 * _DAY, 14 * _DAY)
+_MONTH_STEPS = (1, 3, 6, 12, 24, 60)
 
 
 def ticks(window: Window, columns: int) -> list[tuple[int, str]]:
@@ -443,16 +443,15 @@ def ticks(window: Window, columns: int) -> list[tuple[int, str]]:
     """
     per_column = window.seconds / columns
     for step in _STEPS:
-        width = _label_width(step, window)
-        if step / per_column >= width + 1:
-            return _place(_aligned(window, step), window, columns, step, width)
+        if step / per_column >= _label_width(step) + 1:
+            return _place(_aligned(window, step), window, columns, step)
     for months in _MONTH_STEPS:
-        if months * 28 * _DAY / per_column >= 8:
-            return _place(_month_starts(window, months), window, columns, months * 28 * _DAY, 7)
+        if months * 28 * _DAY / per_column >= (5 if months >= 12 else 8):  # "2026" or "2026-11", and a space
+            return _place(_month_starts(window, months), window, columns, months * 28 * _DAY)
     return []
 
 
-def _label_width(step: int, window: Window) -> int:
+def _label_width(step: int) -> int:
     if step < _MINUTE:
         return 8  # 14:03:10
     return 6  # 14:00, and "Tue 01" at midnight; "Tue 01" or "Nov 30" for day steps
@@ -460,6 +459,8 @@ def _label_width(step: int, window: Window) -> int:
 
 def _label(moment: datetime, step: int, window: Window) -> str:
     local = moment.astimezone()
+    if step >= 12 * 28 * _DAY:
+        return local.strftime("%Y")
     if step >= 28 * _DAY:
         return local.strftime("%Y-%m")
     if step >= _DAY or (local.hour, local.minute, local.second) == (0, 0, 0):
@@ -504,7 +505,9 @@ def _month_starts(window: Window, months: int) -> Iterable[datetime]:
             return
 
 
-def _place(moments: Iterable[datetime], window: Window, columns: int, step: int, width: int) -> list[tuple[int, str]]:
+def _place(moments: Iterable[datetime], window: Window, columns: int, step: int) -> list[tuple[int, str]]:
+    """Each label starts at its tick's column; one that would run into the previous label or
+    past the right edge is left out (its tick too)."""
     placed: list[tuple[int, str]] = []
     free_from = 0
     for moment in moments:
