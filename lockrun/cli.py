@@ -543,8 +543,8 @@ def timeline(ctx, names, since, until, host_filter, by_host, width, svg_path):
     Bars are coloured by status (letters without colour: S succeeded, F failed,
     T timeout, L lost or preempted, K killed, R running, A abandoned, E error,
     U unavailable); a dot marks a busy skip. Runs of one name that overlap are
-    drawn on stacked rows. Each row ends with its runs, failures, median and
-    longest duration, and the last status. Reads the local ledger only.
+    drawn on stacked rows. Each row ends with its runs, failures, skips, median
+    and longest duration, and the last status. Reads the local ledger only.
     """
     from lockrun import render_timeline as drawing
     from lockrun import timeline as tl
@@ -602,11 +602,13 @@ def _write_file(path: str, text: str) -> None:
     import tempfile
 
     target = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".lockrun-")
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".lockrun-")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
-        os.chmod(temporary, 0o644)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as an ordinary new file would be, not mkstemp's 0600
         os.replace(temporary, target)
     except BaseException:
         try:

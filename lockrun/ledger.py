@@ -121,7 +121,7 @@ PUBLIC_FIELDS = (
 )
 _SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
 _SKIP_STATUSES = frozenset({"busy", "duplicate", "unlocked"})  # outcomes where nothing ran
-_SKIPS = "('busy', 'duplicate', 'unlocked')"
+_SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(_SKIP_STATUSES)) + ")"  # the same, for SQL
 
 
 class RunRecord(NamedTuple):

@@ -272,6 +272,9 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
                 body.extend(_svg_runs(chart, track, top, chart_x, x_of, window))
         body.extend(_svg_marks(chart, y + 4 + _BAR_H + 1, chart_x, x_of))
         y += height
+    if y == _TOP:
+        body.append(f'<text x="{chart_x + 12}" y="{_TOP + 20}" class="muted">no runs in this window</text>')
+        y += 32
     chart_bottom = y
     grid = []
     for column, text in tl.ticks(window, 120):
