@@ -15,6 +15,14 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+def timeline_row(t: dict) -> tuple[str, str, str, str]:
+    return (
+        f"`timeline --since 7d`, {t['names']} names x {t['runs_per_name']:,} runs ({t['rows']:,} rows)",
+        f"{t['median_s']:.2f} s (`--version`: {t['median_ms']['lockrun --version'] / 1000:.2f} s; "
+        f"{t['lanes_drawn']} lanes, {t['overlap_rows']} overlap rows; `--svg`: {t['svg_s']:.1f} s, "
+        f"{t['svg_bytes'] / 1024:.0f} KiB)", "<= 1 s", verdict(t["median_s"] <= 1.0))
+
+
 def main(folder: str, command: str) -> None:
     d = Path(folder)
     s, r, h, f, l, st, fl = (load(d, n) for n in ("startup", "roundtrips", "handover", "footprint", "ledger", "status",
@@ -62,12 +70,7 @@ def main(folder: str, command: str) -> None:
     ]
     timeline = d / "timeline.json"
     if timeline.exists():
-        t = json.loads(timeline.read_text())
-        rows.append((
-            f"`timeline --since 7d`, {t['names']} names x {t['runs_per_name']:,} runs ({t['rows']:,} rows)",
-            f"{t['median_s']:.2f} s (`--version`: {t['median_ms']['lockrun --version'] / 1000:.2f} s; "
-            f"{t['lanes_drawn']} lanes, {t['overlap_rows']} overlap rows; `--svg`: {t['svg_s']:.1f} s, "
-            f"{t['svg_bytes'] / 1024:.0f} KiB)", "<= 1 s", verdict(t["median_s"] <= 1.0)))
+        rows.append(timeline_row(json.loads(timeline.read_text())))
     print("# lockrun benchmark results\n")
     print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). Machine: "
           f"{m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
