@@ -306,6 +306,31 @@ def test_the_ledger_and_history_rows_draw_the_same_chart(known_day, tmp_path):
     assert text == text_rows
 
 
+def test_fleet_rows_draw_as_the_ledger_does(env, tmp_path):
+    """history --fleet rows (every host's, from Redis) go through the same seam: on one host, the
+    chart they draw is the ledger's."""
+    env = {**env, "TZ": "UTC"}
+    since = datetime.now(timezone.utc) - timedelta(seconds=2)
+    assert run_lockrun(env, "-n", "fa", "--", "true").returncode == 0
+    assert run_lockrun(env, "-n", "fa", "--", "sh", "-c", "exit 2").returncode == 2
+    assert run_lockrun(env, "-n", "fb", "--", "sleep", "0.3").returncode == 0
+    until = datetime.now(timezone.utc) + timedelta(seconds=1)
+    window = tl.Window(since, until, until)
+    fleet_rows = history(env, "--fleet")
+    assert {row["host"] for row in fleet_rows} == {this_host.hostname()} and len(fleet_rows) == 3
+    from_fleet = tl.lanes_from_rows(fleet_rows, window, by_host=True)
+    book = Ledger(os.path.join(env["LOCKRUN_STATE_DIR"], "ledger.db")).open(create=False)
+    try:
+        from_ledger = list(tl.lanes(book.window(tl.iso(since), tl.iso(until), with_host=True), by_host=True))
+    finally:
+        book.close()
+    labels = [tl.label(lane.name, lane.host) for lane in from_fleet]
+    assert labels == [tl.label(lane.name, lane.host) for lane in from_ledger]
+    drawn = [render_timeline.text_lines(labels, tl.layout(lanes, window), window, 120, colour=False)
+             for lanes in (from_fleet, from_ledger)]
+    assert drawn[0] == drawn[1]
+
+
 # --- colour, SVG --------------------------------------------------------------------------------------------
 
 
