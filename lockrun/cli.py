@@ -524,15 +524,17 @@ def _fleet_history(record, backend, name, host_filter, limit, status_filter, sin
               help="Start of the window: a duration before --until (90m, 24h, 7d), or a time (yesterday, 14:00, "
                    "2026-11-30, '2026-11-30 14:00', 2026-11-30T14:00Z; local time unless it says otherwise).")
 @click.option("--until", type=MOMENT, help="End of the window: a time, or a duration ago (2h) [default: now].")
+@click.option("--fleet", is_flag=True,
+              help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @click.option("--host", "host_filter", type=HOST, metavar="H", help="Only runs on host H.")
-@click.option("--by-host", is_flag=True, help="One row per name and host.")
+@click.option("--by-host", is_flag=True, help="One row per name and host (with --fleet: which host did the work).")
 @click.option("--width", type=click.IntRange(*settings.TIMELINE_WIDTHS), metavar="N",
               help="Characters per line [default: the terminal's, else $COLUMNS, else 100].")
 @click.option("--svg", "svg_path", metavar="FILE",
               help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it.")
 @global_options
 @click.pass_context
-def timeline(ctx, names, since, until, host_filter, by_host, width, svg_path):
+def timeline(ctx, names, since, until, fleet, host_filter, by_host, width, svg_path):
     """Draw the runs of a window of time: one row per lock name, a bar per run.
 
     \b
@@ -544,7 +546,9 @@ def timeline(ctx, names, since, until, host_filter, by_host, width, svg_path):
     T timeout, L lost or preempted, K killed, R running, A abandoned, E error,
     U unavailable); a dot marks a busy skip. Runs of one name that overlap are
     drawn on stacked rows. Each row ends with its runs, failures, skips, median
-    and longest duration, and the last status. Reads the local ledger only.
+    and longest duration, and the last status. Reads the local ledger; with
+    --fleet, every host's runs from the fleet record in Redis (exit 69 when it
+    is unreachable).
     """
     from lockrun import render_timeline as drawing
     from lockrun import timeline as tl
@@ -552,13 +556,21 @@ def timeline(ctx, names, since, until, host_filter, by_host, width, svg_path):
     resolved = _settings(ctx)
     window = tl.resolve_window(since, until)
     wanted = list(names) or None
-    book = _open_ledger_for_reading(resolved.ledger_path)
+    from_fleet = fleet and bool(resolved.redis_url)
+    book = None if from_fleet else _open_ledger_for_reading(resolved.ledger_path)
     try:
-        labels, charts = _timeline_charts(book, window, wanted, host_filter, by_host, detail=svg_path is not None)
+        if from_fleet:
+            rows = _fleet_call(resolved, lambda record, backend: _fleet_rows_in(record, backend, window, wanted))
+            lanes = tl.lanes_from_rows(rows, window, host=host_filter, by_host=by_host)
+            labels, charts = [tl.label(lane.name, lane.host) for lane in lanes], tl.layout(lanes, window)
+        else:
+            labels, charts = _timeline_charts(book, window, wanted, host_filter, by_host,
+                                              detail=svg_path is not None)
         if svg_path is not None:
             from lockrun.host import hostname
 
-            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in the ledger of {hostname()}")
+            source = "the fleet record (every host)" if from_fleet else f"the ledger of {hostname()}"
+            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in {source}")
             try:
                 _write_file(svg_path, document)
             except OSError as exc:
@@ -591,6 +603,18 @@ def _timeline_charts(book, window, names, host, by_host, detail):
     runs = book.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
                        with_host=by_host, detail=detail)
     return [tl.label(name, lane_host) for name, lane_host in keys], tl.layout(tl.lanes(runs, by_host), window)
+
+
+def _fleet_rows_in(record, backend, window, names):
+    """Every host's runs that may overlap ``window``, from the fleet record: those that started in
+    it, or up to one window's length before it (a long run that began earlier still shows)."""
+    from lockrun import fleet
+
+    since_ms = max(0, int((window.since.timestamp() - window.seconds) * 1000))
+    rows = []
+    for name in names or [None]:
+        rows += fleet.history(record, backend.holders, name, limit=settings.MAX_HISTORY_LIMIT, since_ms=since_ms)
+    return rows
 
 
 def _write_file(path: str, text: str) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import (
-    RedisServer, client_commands, history, isolated_env, lockrun_argv, run_lockrun, spawn_lockrun, wait_until,
+    RedisServer, as_host, client_commands, history, isolated_env, lockrun_argv, run_lockrun, spawn_lockrun,
+    wait_until,
 )
 
 
@@ -299,3 +301,28 @@ def test_show_fleet_pages_through_long_streams(redis_server, monkeypatch):
             fleet.find_run(backend.fleet_record(), backend.holders, "0000")
     finally:
         backend.close()
+
+
+def test_timeline_fleet_draws_every_hosts_runs(hosts, tmp_path):
+    assert hosts.run("app-a", "-n", "tl", "--", "true").returncode == 0
+    assert hosts.run("app-b", "-n", "tl", "--", "sh", "-c", "exit 1").returncode == 1
+    assert hosts.run("app-b", "-n", "other", "--", "true").returncode == 0
+    env = {**hosts.env("app-a"), "NO_COLOR": "1", "TZ": "UTC"}
+
+    def drawn(*args):
+        result = subprocess.run(as_host("app-a", lockrun_argv("timeline", "--since", "10m", "--width", "120", *args)),
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    own = drawn()
+    assert "tl" in own and "other" not in own  # this host's ledger: app-a's one run
+    every = drawn("--fleet", "--by-host")
+    lines = [line for line in every.splitlines() if line.startswith(("tl", "other"))]
+    assert any("app-a" in line for line in lines) and any("app-b" in line for line in lines)
+    assert any(line.startswith("other") for line in lines)
+    assert "F" in every and "S" in every  # app-b's failure and the successes, as letters without colour
+    svg = tmp_path / "fleet.svg"
+    assert subprocess.run(as_host("app-a", lockrun_argv("timeline", "--fleet", "--svg", str(svg))), env=env,
+                          timeout=60).returncode == 0
+    assert "every host" in svg.read_text()
