@@ -105,7 +105,11 @@ class LockrunGroup(click.Group):
 
 
 def _remember_global(ctx, param, value):
-    ctx.meta.setdefault("lockrun.globals", {})[param.name] = value
+    given = ctx.meta.setdefault("lockrun.globals", {})
+    given[param.name] = value
+    if value is not None:  # where it came from, for the hint that compares shells and runs
+        from_env = ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT
+        given[f"{param.name}_from"] = param.envvar if from_env else param.opts[0]
     return value
 
 
@@ -139,7 +143,7 @@ def _settings(ctx, ttl=None) -> settings.Settings:
     given = ctx.meta.get("lockrun.globals", {})
     return settings.resolve(
         config=given.get("config"), redis_url=given.get("redis_url"), redis_ca=given.get("redis_ca"),
-        prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl,
+        prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl, redis_url_from=given.get("redis_url_from"),
     )
 
 
@@ -269,6 +273,8 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         report=report,
         ledger_keep_days=resolved.ledger_keep_days,
         metrics_file=Path(metrics_file) if metrics_file else resolved.metrics_file,
+        backend_where=resolved.backend_where,
+        backend_from=resolved.backend_from,
     ).execute()
     ctx.exit(outcome.exit_code)
 
@@ -295,6 +301,13 @@ def _open_ledger_for_reading(path, required: bool = True):
             raise LedgerError(f"cannot read the run ledger: {exc}") from None
         _say(f"warning: cannot read the run ledger ({exc})")
         return None
+
+
+def _other_backend_hint(book, resolved: settings.Settings, names: list[str] | None) -> str | None:
+    """One line when this host's recent runs used another backend than this shell (see backend_hint)."""
+    from lockrun.backend_hint import other_backend_hint
+
+    return other_backend_hint(book, resolved.backend_name, resolved.backend_where, resolved.backend_from, names)
 
 
 def complete_lock_names(ctx, param, incomplete):
@@ -347,12 +360,15 @@ def status(ctx, names, as_json):
         locks = ledger_view(book, wanted)
     finally:
         backend.close()
+        hint = _other_backend_hint(book, resolved, wanted)
         if book is not None:
             book.close()
     if as_json:
         render.print_json({"backend": backend.name, "locks": locks})
     else:
         render.status_table(backend.name, resolved.redacted_url or "", locks, unreachable=error is not None)
+    if hint:
+        _say(hint)
     if error is not None:
         raise error
     ctx.exit(0)
@@ -385,6 +401,17 @@ def unlock(ctx, name, force, yes, token_prefix, every_holder):
     from lockrun.backends import open_backend
 
     resolved = _settings(ctx)
+    try:  # the hint is a courtesy: a ledger that cannot be read says nothing here
+        book = _open_ledger_for_reading(resolved.ledger_path)
+    except LedgerError:
+        book = None
+    try:
+        hint = _other_backend_hint(book, resolved, [name])
+    finally:
+        if book is not None:
+            book.close()
+    if hint:  # before anything else: "not held" may only mean "not held *here*"
+        _say(hint)
     backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     argv = ["lockrun", "unlock", name] + (["--force"] if force else [])
     try:
@@ -479,6 +506,7 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
 
     resolved = _settings(ctx)
     since_iso = iso_ago(since) if since is not None else None
+    hint = None
     if fleet and resolved.redis_url:
         rows = _fleet_call(resolved, lambda record, backend: _fleet_history(
             record, backend, name, host_filter, limit, status_filter, since))
@@ -488,12 +516,15 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
         if book is not None:
             try:
                 rows = book.history(name, limit=limit, status=status_filter, since=since_iso, host=host_filter)
+                hint = _other_backend_hint(book, resolved, [name] if name else None)
             finally:
                 book.close()
     if as_json:
         render.print_json(rows)
     else:
         render.history_table(rows)
+    if hint:
+        _say(hint)
     ctx.exit(0)
 
 

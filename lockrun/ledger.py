@@ -30,7 +30,7 @@ SQL_ERRORS = (sqlite3.Error, OverflowError)
 # The files SQLite opens beside the database (WAL mode): none of them may be a link.
 SIDE_FILES = ("-wal", "-shm", "-journal")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 15000
 
 STATUSES = (
@@ -98,6 +98,16 @@ _MIGRATIONS = {
     4: """
         CREATE INDEX IF NOT EXISTS runs_timeline ON runs (name, ended_at, started_at, status, duration_s, host);
     """,
+    # What lockrun exited with (what cron saw) beside the command's own code, how long the run
+    # waited for the lock (started_at and duration_s now cover the command only), and how this
+    # run's backend was configured, without credentials (for the shell-versus-runs hint).
+    # Rows written before this version keep NULL: none of it was recorded then.
+    5: """
+        ALTER TABLE runs ADD COLUMN exit_status INTEGER;
+        ALTER TABLE runs ADD COLUMN waited_s REAL;
+        ALTER TABLE runs ADD COLUMN backend_where TEXT;
+        ALTER TABLE runs ADD COLUMN backend_from TEXT;
+    """,
 }
 
 # The columns of ``history --json`` (contract §8), in order.
@@ -107,6 +117,7 @@ PUBLIC_FIELDS = (
     "status",
     "exit_code",
     "signal",
+    "exit_status",
     "host",
     "pid",
     "command",
@@ -114,6 +125,7 @@ PUBLIC_FIELDS = (
     "started_at",
     "ended_at",
     "duration_s",
+    "waited_s",
     "fencing_token",
     "once_key",
     "error",
@@ -139,6 +151,15 @@ class RunRecord(NamedTuple):
     boot_id: str | None = None  # None: this boot
     once_key: str | None = None
     fencing_token: int | None = None
+    backend_where: str | None = None  # the Redis URL without credentials, or the local state directory
+    backend_from: str | None = None  # where that setting came from: --redis-url, LOCKRUN_REDIS_URL, a config file
+
+
+#: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
+FINAL_FIELDS = (
+    "status", "started_at", "ended_at", "duration_s", "waited_s", "exit_code", "signal", "exit_status",
+    "fencing_token", "error", "note",
+)
 
 
 def _command_list(stored) -> list[str]:
@@ -321,7 +342,8 @@ class Ledger:
     def start(self, run: RunRecord) -> None:
         self._write(
             "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
-            " started_at, once_key, fencing_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " started_at, once_key, fencing_token, backend_where, backend_from)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.name,
@@ -335,12 +357,18 @@ class Ledger:
                 run.started_at,
                 run.once_key,
                 run.fencing_token,
+                run.backend_where,
+                run.backend_from,
             ),
         )
 
-    def record_fencing_token(self, run_id: str, fencing_token: int) -> None:
-        """Noted as soon as the lease is ours, so that an abandoned run's row has it too."""
-        self._write("UPDATE runs SET fencing_token = ? WHERE run_id = ?", (fencing_token, run_id))
+    def record_command_start(self, run_id: str, *, fencing_token: int, started_at: str, waited_s: float | None) -> None:
+        """Noted as soon as the command runs, so that an abandoned run's row has it too: the
+        fencing token, when the command started and how long the run waited for the lock."""
+        self._write(
+            "UPDATE runs SET fencing_token = ?, started_at = ?, waited_s = ? WHERE run_id = ?",
+            (fencing_token, started_at, waited_s, run_id),
+        )
 
     def finish(
         self,
@@ -355,13 +383,20 @@ class Ledger:
         error: str | None = None,
         note: str | None = None,
         output_tail: str | None = None,
+        exit_status: int | None = None,
+        waited_s: float | None = None,
+        started_at: str | None = None,
     ) -> None:
+        """The final row; ``started_at`` (when given) replaces the time the row was written with
+        the time the command started."""
         self._transaction(
             (
                 "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
-                " fencing_token = COALESCE(?, fencing_token), error = ?, note = ?, output_tail = ?"
+                " fencing_token = COALESCE(?, fencing_token), error = ?, note = ?, output_tail = ?,"
+                " exit_status = ?, waited_s = ?, started_at = COALESCE(?, started_at)"
                 " WHERE run_id = ?",
-                (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, output_tail, run_id),
+                (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, output_tail,
+                 exit_status, waited_s, started_at, run_id),
             ),
             (
                 "INSERT INTO run_counts (name, status, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
@@ -590,6 +625,24 @@ class Ledger:
                     yield name, runs, skips
         except sqlite3.Error as exc:
             raise LedgerError(f"ledger {self.path}: {exc}") from None
+
+    def recent_configurations(self, since: str, names: list[str] | None = None) -> list[dict]:
+        """How this host's runs since ``since`` reached their backend, newest first: ``name``,
+        ``backend``, ``backend_where``, ``backend_from``, ``started_at`` (``unlock`` rows are an
+        operator's shell, not a run: left out)."""
+        if self._db is None:
+            raise LedgerError(f"ledger {self.path} is not open")
+        sql = ("SELECT name, backend, backend_where, backend_from, started_at FROM runs"
+               " WHERE host = ? AND started_at >= ? AND status != 'unlocked'")
+        params: list = [this_host.hostname(), since]
+        if names:
+            sql += " AND name IN (" + ", ".join("?" * len(names)) + ")"
+            params += names
+        try:
+            rows = self._db.execute(sql + " ORDER BY started_at DESC LIMIT 500", params).fetchall()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        return [{key: row[key] for key in row.keys()} for row in rows]
 
     def last_with_status(self, name: str, status: str) -> dict | None:
         rows = self._query(_SELECT + " WHERE name = ? AND status = ? ORDER BY started_at DESC LIMIT 1", (name, status))

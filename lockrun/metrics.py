@@ -20,6 +20,8 @@ FAMILIES = (
     ("lockrun_last_success_timestamp_seconds", "gauge", "End time of the newest succeeded run (Unix seconds)."),
     ("lockrun_last_duration_seconds", "gauge", "Duration of the newest finished run."),
     ("lockrun_last_exit_code", "gauge", "Exit code of the newest finished run's command (absent: none, e.g. killed)."),
+    ("lockrun_last_exit_status", "gauge",
+     "What lockrun exited with in the newest finished run, as cron saw it (124 timeout, 76 lost, 128+N signal)."),
     ("lockrun_runs_total", "counter", "Finished runs by final status, pruned ones included."),
 )
 
@@ -72,6 +74,8 @@ def exposition(facts: list[JobFacts]) -> str:
                 samples["lockrun_last_duration_seconds"].append(f"{{{label}}} {_number(last['duration_s'])}")
             if last["exit_code"] is not None:
                 samples["lockrun_last_exit_code"].append(f"{{{label}}} {last['exit_code']}")
+            if last.get("exit_status") is not None:
+                samples["lockrun_last_exit_status"].append(f"{{{label}}} {last['exit_status']}")
         if (ended := _unix(job.last_success_at)) is not None:
             samples["lockrun_last_success_timestamp_seconds"].append(f"{{{label}}} {_number(ended)}")
         for status, count in sorted(job.counts.items()):

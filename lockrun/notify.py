@@ -87,11 +87,13 @@ def webhook_payload(run: dict, holder: dict | None, output_tail: str | None) -> 
         "status": run["status"],
         "exit_code": run["exit_code"],
         "signal": run["signal"],
+        "exit_status": run["exit_status"],
         "host": run["host"],
         "run_id": run["run_id"],
         "started_at": run["started_at"],
         "ended_at": run["ended_at"],
         "duration_s": run["duration_s"],
+        "waited_s": run["waited_s"],
         "fencing_token": run["fencing_token"],
         "command": run["command"],
         "error": run["error"],
@@ -107,8 +109,12 @@ def slack_text(payload: dict) -> dict:
     icon = {"succeeded": ":white_check_mark:", "busy": ":hourglass:", "duplicate": ":repeat:"}.get(
         payload["status"], ":x:"
     )
-    how = f"exit {payload['exit_code']}" if payload["exit_code"] is not None else (
-        f"signal {payload['signal']}" if payload["signal"] is not None else payload["status"])
+    # What cron saw first (exit 124 for a timeout), then how the command itself ended.
+    how = f"exit {payload['exit_status']}" if payload.get("exit_status") is not None else payload["status"]
+    if payload["signal"] is not None:
+        how += f", command killed by signal {payload['signal']}"
+    elif payload["exit_code"] is not None and payload["exit_code"] != payload.get("exit_status"):
+        how += f", command exited {payload['exit_code']}"
     text = f"{icon} lockrun: *{payload['name']}* {payload['status']} ({how}) on {payload['host']}"
     if payload["duration_s"] is not None:
         text += f" after {payload['duration_s']:.1f}s"

@@ -78,6 +78,26 @@ def _command(command: list[str] | None) -> str:
     return " ".join(command or []) or "-"
 
 
+def _exit_parts(row: dict) -> tuple[str, str | None]:
+    """What cron saw, and how the command ended when that says more: ("124", "sig 15"),
+    ("76", "sig 9"), ("3", None), ("75", None). Rows written before lockrun recorded its exit
+    status have the command's code alone (or "sig N")."""
+    command = None
+    if row["signal"] is not None:
+        command = f"sig {row['signal']}"
+    elif row["exit_code"] is not None and row["exit_code"] != row.get("exit_status"):
+        command = f"cmd {row['exit_code']}"
+    if row.get("exit_status") is None:
+        return (str(row["exit_code"]), None) if row["exit_code"] is not None else (command or "-", None)
+    return str(row["exit_status"]), command
+
+
+def exit_text(row: dict) -> str:
+    """``124 (sig 15)``, ``3``, ``-``: the history table's EXIT column."""
+    status, command = _exit_parts(row)
+    return f"{status} ({command})" if command else status
+
+
 def status_table(backend: str, where: str, locks: list[dict], unreachable: bool = False) -> None:
     from rich.markup import escape
 
@@ -92,10 +112,10 @@ def status_table(backend: str, where: str, locks: list[dict], unreachable: bool 
     for lock in locks:
         last = lock.get("last_run")
         if last:
-            code = last["exit_code"] if last["exit_code"] is not None else (
-                f"sig {last['signal']}" if last["signal"] is not None else "-")
             ago = human_duration(seconds_since(last["ended_at"] or last["started_at"]))
-            last_text = f"{last['status']} ({code}) on {last['host'] or '?'}, {ago} ago"
+            status, command = _exit_parts(last)
+            how = f"{status}, {command}" if command else status
+            last_text = f"{last['status']} ({how}) on {last['host'] or '?'}, {ago} ago"
         else:
             last_text = "-"
         heartbeat = lock["heartbeat_age_s"]
@@ -122,15 +142,11 @@ def history_table(rows: list[dict]) -> None:
         return
     table = _table("WHEN", "NAME", "STATUS", "EXIT", "DURATION", "HOST", "RUN ID", "COMMAND")
     for row in rows:
-        if row["exit_code"] is not None:
-            exit_text = str(row["exit_code"])
-        else:
-            exit_text = f"sig {row['signal']}" if row["signal"] is not None else "-"
         table.add_row(
             _styled(_when(row["started_at"]), None),  # rows from the fleet record may hold anything
             _styled(row["name"], None),
             _styled(row["status"], STATUS_STYLES.get(row["status"])),
-            exit_text,
+            exit_text(row),
             human_duration(row["duration_s"]),
             _styled(row["host"] or "-", None),
             _styled((row["run_id"] or "-")[:8], None),

@@ -24,7 +24,7 @@ from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, Led
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
 from lockrun.backstop import Backstop
 from lockrun.keeper import Keeper, backstop_for
-from lockrun.ledger import Ledger, RunRecord
+from lockrun.ledger import FINAL_FIELDS, Ledger, RunRecord
 from lockrun.supervisor import ChildExit, Supervisor, check_runnable
 
 #: report(level, message) with level "info" (only with -v), "warn" or "error".
@@ -69,13 +69,15 @@ class Outcome(NamedTuple):
     output_tail: str | None = None
 
 
-def busy_message(holder: Holder) -> str:
-    """The line operators ask for on a skip: who, for how long, until when, how to clear it."""
+def busy_message(holder: Holder, backend: str | None = None) -> str:
+    """The line operators ask for on a skip: who, for how long, until when, how to clear it;
+    ``backend`` (for -v) says where the lock lives, since `lockrun status` must look there too."""
     age = human_duration(seconds_since(holder.started_at))
     run = f", run {holder.run_id[:8]}" if holder.run_id else ""
-    who = f"lock {holder.name!r} is busy: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"
+    busy = f"lock {holder.name!r} is busy" + (f" ({backend})" if backend else "")
+    who = f"{busy}: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"
     if holder.slotted:
-        who = f"lock {holder.name!r} is busy: every --slots slot is taken, e.g. by {holder.host or '?'}:" \
+        who = f"{busy}: every --slots slot is taken, e.g. by {holder.host or '?'}:" \
               f"{holder.pid or '?'} for {age}{run}"
     if holder.problem:
         force = "" if holder.foreign else "--force "
@@ -85,7 +87,7 @@ def busy_message(holder: Holder) -> str:
         )
     if holder.cooling_until:
         return (
-            f"lock {holder.name!r} is busy: its last run is over, but --min-hold keeps it taken for another"
+            f"{busy}: its last run is over, but --min-hold keeps it taken for another"
             f" {human_duration(holder.ttl_remaining_s)}; lockrun unlock {holder.name} ends that"
         )
     if holder.ttl_remaining_s is None:  # a kernel lock: it cannot outlive its holder
@@ -107,11 +109,15 @@ class Run:
         report: Report,
         ledger_keep_days: int | None = None,
         metrics_file=None,
+        backend_where: str | None = None,
+        backend_from: str | None = None,
     ) -> None:
         self.options = options
         self.backend_factory = backend_factory
         self.ledger_path = ledger_path
         self.backend_name = backend_name
+        self.backend_where = backend_where  # without credentials: it goes to the ledger and messages
+        self.backend_from = backend_from
         self._error_said = False  # an error line went out: the run's one line is said
 
         def say(level: str, message: str) -> None:
@@ -127,10 +133,18 @@ class Run:
         self.run_id = uuid.uuid4().hex
         self.token = os.urandom(16).hex()  # 128 random bits from the kernel CSPRNG, new for every run
         self.ledger: Ledger | None = None
-        self.started_wall = utc_now_iso()
-        self.started_mono = time.monotonic()
+        # When lockrun began: the running row's started_at until the command starts.
+        self.invoked_wall = utc_now_iso()
+        # The command's own start and end: the final row's started_at, ended_at and duration_s.
+        # A run whose command never started keeps invoked_wall, ends when lockrun gave up, and
+        # has no duration.
+        self.command_started_wall: str | None = None
         self.ended_wall: str | None = None
         self.duration_s: float | None = None
+        # From the first attempt to take the lock (connecting included) until it was ours or
+        # lockrun gave up; None when it never tried.
+        self.acquire_started_mono: float | None = None
+        self.waited_s: float | None = None
         self.start_ping = None  # notify.StartPing, when --ping is given and the command started
         self._escalated_after: int | None = None  # the forwarded signal that set a SIGKILL deadline
         self._lost_under_continue = False  # the lease was lost, and --on-lost continue let the command finish
@@ -163,9 +177,11 @@ class Run:
             name=self.options.name,
             command=self.options.argv,
             backend=self.backend_name,
-            started_at=self.started_wall,
+            started_at=self.invoked_wall,
             pid_start=host.own_start(),
             once_key=self.options.once_key,
+            backend_where=self.backend_where,
+            backend_from=self.backend_from,
         )
         try:
             self.ledger.start(record)
@@ -184,16 +200,19 @@ class Run:
         elif not self._error_said:
             self.report("warn", f"{problem}; this run is not recorded")
 
-    def _note_fencing_token(self, fencing_token: int) -> None:
-        """Put the fencing token on the running row, from a thread: a busy ledger must never hold
-        up the loop that enforces the lease, and a SIGKILLed holder's row should still name it."""
+    def _note_command_start(self, fencing_token: int) -> None:
+        """Put the fencing token, the command's start and the wait on the running row, from a
+        thread: a busy ledger must never hold up the loop that enforces the lease, and a SIGKILLed
+        holder's row should still name them."""
         ledger = self.ledger
         if ledger is None:
             return
+        started_at, waited_s = self.command_started_wall, self.waited_s
 
         def write() -> None:
             try:
-                ledger.record_fencing_token(self.run_id, fencing_token)
+                ledger.record_command_start(self.run_id, fencing_token=fencing_token, started_at=started_at,
+                                            waited_s=waited_s)
             except LedgerError as exc:
                 self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
 
@@ -207,21 +226,10 @@ class Run:
     def _finish_ledger(self, outcome: Outcome) -> None:
         if self._token_noted is not None:
             self._token_noted.join()  # one connection, one writer at a time
+        row = self._as_ledger_row(outcome)
+        final = {key: row[key] for key in FINAL_FIELDS}
         self._ledger_call(
-            "write to",
-            lambda ledger: ledger.finish(
-                self.run_id,
-                status=outcome.status,
-                ended_at=self.ended_wall or utc_now_iso(),
-                duration_s=self.duration_s if self.duration_s is not None else round(
-                    time.monotonic() - self.started_mono, 6),
-                exit_code=outcome.command_exit,
-                signal=outcome.signal,
-                fencing_token=outcome.fencing_token,
-                error=outcome.error,
-                note=outcome.note,
-                output_tail=outcome.output_tail,
-            ),
+            "write to", lambda ledger: ledger.finish(self.run_id, **final, output_tail=outcome.output_tail)
         )
         if self.ledger_keep_days:
             keep_s = self.ledger_keep_days * 86400.0
@@ -242,15 +250,22 @@ class Run:
     # -- the run ------------------------------------------------------------------------
 
     def execute(self) -> Outcome:
+        self._open_ledger()
         try:
             check_runnable(self.options.argv)
         except CommandNotRunnable as exc:
-            self._open_ledger()
-            outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
-            self._finish_ledger(outcome)
             self.report("error", str(exc))
-            return outcome
-        self._open_ledger()
+            outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
+        else:
+            outcome = self._run_under_lock()
+        self._say_ledger_problem(command_runs=False)
+        self._mark_ended()
+        # The lock is released by now: telling someone may take seconds, never the lease.
+        outcome = self._tell(outcome)
+        self._finish_ledger(outcome)
+        return outcome
+
+    def _run_under_lock(self) -> Outcome:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
         env = {**settings.environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
                "LOCKRUN_RUN_ID": self.run_id}
@@ -259,6 +274,7 @@ class Run:
         backend = None
         try:
             try:
+                self.acquire_started_mono = time.monotonic()
                 backend = self.backend_factory(self.call_timeout)
                 outcome = self._locked_run(backend, supervisor)
             except BackendUnavailable as exc:
@@ -274,11 +290,8 @@ class Run:
             supervisor.close()
             if backend is not None:
                 backend.close()
-        self._say_ledger_problem(command_runs=False)
-        # The lock is released by now: telling someone may take seconds, never the lease.
-        self._mark_ended()
-        outcome = self._tell(outcome)
-        self._finish_ledger(outcome)
+        if self.waited_s is None and self.acquire_started_mono is not None:  # gave up, or failed
+            self.waited_s = round(time.monotonic() - self.acquire_started_mono, 6)
         return outcome
 
     def _tell(self, outcome: Outcome) -> Outcome:
@@ -314,14 +327,25 @@ class Run:
         return outcome._replace(note=f"{note}notification failed: {summary}")
 
     def _as_ledger_row(self, outcome: Outcome) -> dict:
+        """The run's final row as ``history --json`` shows it: the one mapping from an outcome to
+        what the ledger, webhooks and every other record of the run say."""
         return {
             "run_id": self.run_id, "name": self.options.name, "status": outcome.status,
-            "exit_code": outcome.command_exit, "signal": outcome.signal, "host": host.hostname(),
-            "pid": os.getpid(), "command": self.options.argv, "backend": self.backend_name,
-            "started_at": self.started_wall, "ended_at": self.ended_wall, "duration_s": self.duration_s,
+            "exit_code": outcome.command_exit, "signal": outcome.signal,
+            "exit_status": outcome.exit_code,  # what lockrun exits with: what cron and the shell see
+            "host": host.hostname(), "pid": os.getpid(), "command": self.options.argv,
+            "backend": self.backend_name,
+            "started_at": self.command_started_wall or self.invoked_wall, "ended_at": self.ended_wall,
+            "duration_s": self.duration_s, "waited_s": self.waited_s,
             "fencing_token": outcome.fencing_token, "once_key": self.options.once_key, "error": outcome.error,
-            "note": outcome.note, "exit_status": outcome.exit_code,
+            "note": outcome.note,
         }
+
+    def _backend_label(self) -> str:
+        """``redis redis://host:6379/0`` or ``local backend, this host only``: no credentials."""
+        if self.backend_name == "local":
+            return "local backend, this host only"
+        return f"redis {self.backend_where}" if self.backend_where else "redis"
 
     def _holder_info(self) -> dict[str, str]:
         now = utc_now_iso()
@@ -395,6 +419,7 @@ class Run:
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
         opts = self.options
         got = self._acquire(backend, supervisor)
+        self.waited_s = round(time.monotonic() - self.acquire_started_mono, 6)
         if supervisor.received:
             signum = supervisor.received[0]
             error = f"interrupted by signal {signum} before the command started"
@@ -411,7 +436,7 @@ class Run:
         if isinstance(got, Holder):
             note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
             # Data lockrun did not write may never go away by itself: worth a line even without -v.
-            self.report("warn" if got.problem else "info", busy_message(got))
+            self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
             return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note, holder=got)
         lease = got
         try:
@@ -438,10 +463,11 @@ class Run:
         return outcome
 
     def _mark_ended(self) -> None:
-        """The run's end: the command is gone (or never started); releasing and telling come after."""
+        """The run's end: the command is gone (or never started); releasing and telling come after.
+        A command that ran has its end and duration already (see _supervise); one that never
+        started ends now and has no duration."""
         if self.ended_wall is None:
             self.ended_wall = utc_now_iso()
-            self.duration_s = round(time.monotonic() - self.started_mono, 6)
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
         opts = self.options
@@ -457,16 +483,19 @@ class Run:
                                     "its command may outlive the lease")
         self._say_ledger_problem(command_runs=True)
         try:
+            command_started_mono = time.monotonic()
+            command_started_wall = utc_now_iso()
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             if backstop is not None:
                 backstop.disarm()
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
+        self.command_started_wall = command_started_wall
         keeper = None
         try:
             # From here on the command runs: whatever fails, it is stopped before the lock goes.
-            self._note_fencing_token(lease.fencing_token)
+            self._note_command_start(lease.fencing_token)
             if opts.ping_url:
                 from lockrun.notify import StartPing
 
@@ -487,6 +516,8 @@ class Run:
             if backstop is not None:
                 backstop.disarm()  # the command is gone or going: what follows may outlast the lease
             child = supervisor.finish()
+            self.ended_wall = utc_now_iso()
+            self.duration_s = round(time.monotonic() - command_started_mono, 6)
             if keeper is not None:
                 keeper.stop()
         if stop_reason == "lost" and keeper.preempted:

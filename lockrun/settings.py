@@ -335,6 +335,19 @@ def environment_for_command(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def url_without_credentials(url: str) -> str:
+    """``redis://h:6379/0`` from ``redis://user:pw@h:6379/0?password=x``: where a server is,
+    safe to store and show (no userinfo; of the query string only ``db``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparseable URL>"
+    rest, _, query = rest.split("#", 1)[0].partition("?")
+    # Everything up to the last "@" goes: a password with an unescaped "/" must not survive.
+    rest = rest.rpartition("@")[2]
+    db = re.search(r"(?:^|&)db=(\d+)(?:&|$)", query)  # which database of a unix socket
+    return f"{scheme}://{rest}" + (f"?db={db.group(1)}" if db else "")
+
+
 def redact_url(url: str) -> str:
     """The URL with any password (userinfo or ``?password=``) replaced by ``***``."""
     try:
@@ -540,10 +553,21 @@ class Settings(NamedTuple):
     fleet_keep_runs: int = DEFAULT_FLEET_KEEP_RUNS
     fleet_keep_days: int = DEFAULT_FLEET_KEEP_DAYS
     redis_password_file: Path | None = None  # the password, kept out of argv and the environment
+    redis_url_from: str | None = None  # "--redis-url", "LOCKRUN_REDIS_URL" or "redis_url in FILE"
 
     @property
     def backend_name(self) -> str:
         return "redis" if self.redis_url else "local"
+
+    @property
+    def backend_where(self) -> str:
+        """The Redis URL without credentials, or the local state directory."""
+        return url_without_credentials(self.redis_url) if self.redis_url else str(self.state_dir)
+
+    @property
+    def backend_from(self) -> str:
+        """How the backend was chosen, for a person: where the URL came from, or that none was set."""
+        return self.redis_url_from or "no Redis URL configured"
 
     @property
     def redacted_url(self) -> str | None:
@@ -570,13 +594,17 @@ def resolve(
     prefix: str | None = None,
     ledger: str | None = None,
     ttl: float | None = None,
+    redis_url_from: str | None = None,
 ) -> Settings:
-    """Apply flag/env (already merged by the caller) > config file > default."""
+    """Apply flag/env (already merged by the caller, who says in ``redis_url_from`` which of the
+    two gave ``redis_url``) > config file > default."""
     config_path, file = load_config(config)
     state_dir_env = os.environ.get("LOCKRUN_STATE_DIR")
     state_dir = Path(state_dir_env or file.get("state_dir") or default_state_dir()).expanduser()
     if redis_url is not None:
         validate_redis_url(redis_url)
+    elif file.get("redis_url"):
+        redis_url_from = f"redis_url in {config_path}"
     redis_url = redis_url if redis_url is not None else file.get("redis_url")
     ledger_path = Path(ledger or file.get("ledger") or state_dir / "ledger.db").expanduser()
     password_file = os.environ.get("LOCKRUN_REDIS_PASSWORD_FILE") or file.get("redis_password_file")
@@ -597,4 +625,5 @@ def resolve(
         fleet_keep_runs=file.get("fleet_keep_runs", DEFAULT_FLEET_KEEP_RUNS),
         fleet_keep_days=file.get("fleet_keep_days", DEFAULT_FLEET_KEEP_DAYS),
         redis_password_file=Path(password_file).expanduser() if password_file else None,
+        redis_url_from=redis_url_from if redis_url else None,
     )

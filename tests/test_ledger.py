@@ -14,7 +14,7 @@ from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 PY = sys.executable
 HISTORY_FIELDS = {
     "run_id", "name", "status", "exit_code", "signal", "host", "pid", "command", "backend", "started_at",
-    "ended_at", "duration_s", "fencing_token", "once_key", "error", "note",
+    "ended_at", "duration_s", "fencing_token", "once_key", "error", "note", "exit_status", "waited_s",
 }
 
 
@@ -150,3 +150,26 @@ def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     assert ledger.run_counts() == [("old", "failed", 1), ("old", "succeeded", 2)]
     assert len(ledger.history("old")) == 4
     ledger.close()
+
+
+def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env):
+    path = tmp_path / "v3.db"
+    db = sqlite3.connect(path)
+    for version in (1, 2, 3):
+        for statement in _MIGRATIONS[version].split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO runs (run_id, name, status, exit_code, signal, host, pid, command, backend, started_at,"
+               " ended_at, duration_s) VALUES ('old', 'v', 'timeout', NULL, 15, 'h', 1, '[\"x\"]', 'redis',"
+               " '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:09.000000Z', 9.0)")
+    db.commit()
+    db.close()
+    env["LOCKRUN_LEDGER"] = str(path)
+    assert run_lockrun(env, "-n", "v", "--", "sh", "-c", "exit 4").returncode == 4
+    new, old = history(env, "v")
+    assert (old["run_id"], old["exit_status"], old["waited_s"], old["signal"]) == ("old", None, None, 15)
+    assert (new["exit_status"], new["exit_code"]) == (4, 4) and new["waited_s"] is not None
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    table = run_lockrun(env, "history", "v").stdout.splitlines()
+    assert table[1].split()[4] == "4" and table[2].split()[4] == "sig"  # an old row shows what it knew

@@ -1,0 +1,70 @@
+"""The hint for when the operator's shell and this host's runs use different backends.
+
+A Redis URL set inline in a crontab line (or in another user's config file) is invisible to the
+shell someone runs ``lockrun status`` in: that shell then looks at the local backend, or at
+another server, and truthfully reports no locks. The ledger records, for every run, which
+backend it used and how that was configured (never credentials), so ``status``, ``history`` and
+``unlock`` can say so in one line.
+"""
+
+from __future__ import annotations
+
+from lockrun.clock import human_duration, iso_ago, seconds_since
+from lockrun.errors import LedgerError
+from lockrun.ledger import Ledger
+
+RECENT_S = 7 * 86400.0  # runs older than this describe how things were, not how they are
+
+
+def _shown(text: str | None) -> str | None:
+    """Stored text as one short printable line: the ledger may hold anything."""
+    if text is None:
+        return None
+    clean = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return clean if len(clean) <= 200 else clean[:199] + "…"
+
+
+def _describe(backend: str, where: str | None, origin: str | None) -> str:
+    where, origin = _shown(where), _shown(origin)
+    if backend == "local":
+        return "the local backend" + (f" in {where}" if where else "")
+    if not where:
+        return "the redis backend (how it was configured was not recorded)"
+    return f"redis {where}" + (f" (from {origin})" if origin else "")
+
+
+def _differs(row: dict, backend: str, where: str) -> bool:
+    if row["backend"] != backend:
+        return True
+    return row["backend_where"] is not None and row["backend_where"] != where
+
+
+def other_backend_hint(
+    ledger: Ledger | None, backend: str, where: str, origin: str, names: list[str] | None = None
+) -> str | None:
+    """One line when the newest recent run of some name (of ``names``, or any) on this host used
+    another backend than ``backend`` at ``where``; None when they agree or nothing is known."""
+    if ledger is None:
+        return None
+    try:
+        rows = ledger.recent_configurations(iso_ago(RECENT_S), names)
+    except LedgerError:
+        return None
+    newest: dict[str, dict] = {}
+    for row in rows:  # newest first: the first row of a name is how it runs now
+        newest.setdefault(row["name"], row)
+    others = [row for row in newest.values() if _differs(row, backend, where)]
+    if not others:
+        return None
+    first = others[0]
+    quoted = [repr(row["name"]) for row in others[:2]]
+    who = " and ".join(quoted) if len(others) <= 2 else f"{', '.join(quoted)} and {len(others) - 2} more"
+    ago = human_duration(seconds_since(first["started_at"]))
+    shell = _describe(backend, where, None if backend == "local" else origin)
+    if backend == "local":
+        shell += f" ({origin})"
+    theirs = _describe(first["backend"], first["backend_where"], first["backend_from"])
+    return (
+        f"note: this host's latest runs of {who} ({ago} ago) used {theirs}, but this shell uses {shell}:"
+        " give it the same setting to see those locks"
+    )
