@@ -182,7 +182,12 @@ def cli() -> None:
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
-              help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded.")
+              help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded. "
+                   "In a crontab, write % as \\%.")
+@click.option("--once-per", type=click.Choice(list(settings.ONCE_PERIODS)), metavar="hour|day|week|month",
+              help="Run at most once per hour, day, ISO week or month (local time): --once with the period's start "
+                   "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
+                   "Not with --once.")
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
               help=f"How long a succeeded --once key is kept (at most {settings.MAX_DURATION_TEXT}).")
 @click.option("--slots", type=click.IntRange(1, settings.MAX_SLOTS), metavar="N", default=1, show_default=True,
@@ -213,7 +218,7 @@ def cli() -> None:
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, remember, slots, min_hold,
+def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, once_per, remember, slots, min_hold,
         replace, metrics_file, notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail,
         verbose, quiet, command):
     """Run COMMAND while holding the lock NAME.
@@ -221,7 +226,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     \b
       lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices
       lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report
-      lockrun -n payroll --once 'payroll-%Y-%m-%d' -- /opt/app/bin/payroll
+      lockrun -n payroll --once-per day -- /opt/app/bin/payroll
 
     COMMAND is executed directly (no shell); everything after `--` belongs to it.
     The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN.
@@ -235,6 +240,12 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     resolved = _settings(ctx, ttl)
     if slots > 1 and (replace or min_hold is not None):
         raise click.UsageError("--slots cannot be combined with --replace or --min-hold (yet)", ctx=ctx)
+    if once is not None and once_per is not None:
+        raise click.UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
+                               " start as the key; pick one", ctx=ctx)
+    once_key = settings.expand_once_key(once) if once is not None else None
+    if once_per is not None:
+        once_key = settings.once_key_for_period(once_per)
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -244,7 +255,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         kill_after=kill_after,
         on_lost=on_lost,
         busy_exit_code=busy_exit_code,
-        once_key=settings.expand_once_key(once) if once is not None else None,
+        once_key=once_key,
         remember=remember,
         capture_tail=capture_tail,
         notify_urls=tuple(notify_urls) or resolved.notify_urls,

@@ -92,6 +92,17 @@ def expand_once_key(template: str) -> str:
     return key
 
 
+# --once-per PERIOD: the key is the period's start in local time, so a crontab needs no %.
+ONCE_PERIODS = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "week": "%G-W%V", "month": "%Y-%m"}
+
+
+def once_key_for_period(period: str, now: float | None = None) -> str:
+    """``day`` -> ``2026-12-01``; ``week`` is the ISO week (``2026-W49``), ``hour`` ``2026-12-01T14``."""
+    import time
+
+    return time.strftime(ONCE_PERIODS[period], time.localtime(now))
+
+
 _RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
 
 

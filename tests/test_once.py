@@ -65,3 +65,48 @@ def test_bad_keys_are_usage_errors(env, key):
 
 def test_bad_remember_is_a_usage_error(env):
     assert run_lockrun(env, "-n", "bad", "--once", "k", "--remember", "30", "--", "true").returncode == 2
+
+
+# --- --once-per: the crontab-friendly form -------------------------------------------------------
+
+
+@pytest.mark.parametrize("period,template", [("hour", "%Y-%m-%dT%H"), ("day", "%Y-%m-%d"), ("week", "%G-W%V"),
+                                             ("month", "%Y-%m")])
+def test_once_per_keys_by_the_periods_start(env, tmp_path, period, template):
+    count = tmp_path / "count"
+    cmd = ["-n", "p", "--once-per", period, "--", "sh", "-c", f"echo x >> {count}"]
+    before = time.strftime(template)
+    assert run_lockrun(env, *cmd).returncode == 0
+    second = run_lockrun(env, *cmd)
+    after = time.strftime(template)
+    assert (second.returncode, second.stdout, second.stderr) == (0, "", "")
+    latest, first = history(env, "p")
+    assert first["status"] == "succeeded" and {first["once_key"], latest["once_key"]} <= {before, after}
+    # A period that ended between the two runs makes the second one the new period's first run.
+    same_period = latest["once_key"] == first["once_key"]
+    assert latest["status"] == ("duplicate" if same_period else "succeeded")
+    assert count.read_text() == ("x\n" if same_period else "x\nx\n")
+
+
+@pytest.mark.parametrize("local,period,key", [
+    ((2026, 12, 1, 14, 5, 9), "hour", "2026-12-01T14"),
+    ((2026, 12, 1, 14, 5, 9), "day", "2026-12-01"),
+    ((2026, 12, 1, 14, 5, 9), "week", "2026-W49"),
+    ((2026, 12, 1, 14, 5, 9), "month", "2026-12"),
+    ((2027, 1, 1, 0, 0, 0), "week", "2026-W53"),  # the ISO week's year, not the calendar's
+    ((2026, 12, 28, 23, 59, 59), "week", "2026-W53"),
+    ((2027, 1, 4, 0, 0, 0), "week", "2027-W01"),
+])
+def test_once_per_keys_are_the_period_in_local_time(local, period, key):
+    from lockrun.settings import once_key_for_period
+
+    when = time.mktime((*local, 0, 0, -1))
+    assert once_key_for_period(period, when) == key
+
+
+@pytest.mark.parametrize("args", [["--once", "k", "--once-per", "day"], ["--once-per", "year"], ["--once-per", ""],
+                                  ["--once-per", "DAY"], ["--once-per"]])
+def test_once_per_misuse_is_a_usage_error(env, args):
+    result = run_lockrun(env, "-n", "bad", *args, "--", "true")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--once" in result.stderr
+    assert history(env) == []
