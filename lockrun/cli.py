@@ -20,6 +20,8 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 
 
 def _say(message: str) -> None:
+    if sys.stderr is None:  # started with stderr closed: nobody to tell
+        return
     sys.stderr.write(f"lockrun: {message}\n")
     sys.stderr.flush()
 
@@ -827,7 +829,24 @@ def _one_line(exc: click.ClickException, args: list[str]) -> str:
     return f"{message} (see '{hint}')"
 
 
+def _reserve_standard_streams() -> None:
+    """Put /dev/null, close-on-exec, on any of fd 0-2 lockrun was started without, before anything
+    opens a file: none of lockrun's own files (a lock, the ledger, a pipe) can then land there and
+    take the command's output (SQLite would plant a /dev/null of its own there, inherited), and
+    the command still finds those streams closed, as it would without lockrun."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free descriptor: fd
+            if opened != fd:
+                os.close(opened)
+
+
 def main(argv: list[str] | None = None) -> None:
+    _reserve_standard_streams()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)

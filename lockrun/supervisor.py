@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import collections
 import errno
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -134,8 +136,9 @@ def _launcher(
         for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         if output_fds is not None:
-            os.dup2(output_fds[0], 1)
-            os.dup2(output_fds[1], 2)
+            for target, fd in ((1, output_fds[0]), (2, output_fds[1])):
+                if fd is not None:
+                    os.dup2(fd, target)
         _close_all_but({ctl_r, err_w})
         message = _read_all(ctl_r)
         if not message:
@@ -182,33 +185,96 @@ class OutputTail:
         return data.decode("utf-8", "replace")
 
 
-class _Pump:
-    """Copies one of the command's output pipes to lockrun's own descriptor, keeping a tail.
+# Read at most this much from one pipe before looking at the other: a burst on one stream
+# cannot hold back what the other wrote meanwhile.
+PUMP_READ_SIZE = 1024
 
-    Every byte is passed on as it comes, in order; if lockrun's own output is
-    gone (a closed pipe), the pump keeps reading so that the command never
-    blocks on a full pipe.
+
+def inherited(fd: int) -> bool:
+    """True when ``fd`` is a descriptor lockrun was started with. Everything lockrun opens
+    itself is close-on-exec, so a stdout that was closed at start and then reused by one of
+    lockrun's own files is not mistaken for an output to pass the command's writes to."""
+    try:
+        return not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    except OSError:
+        return False
+
+
+def same_destination(fd_a: int, fd_b: int) -> bool:
+    """True when writes to the two descriptors land in one stream: the same pipe, socket or
+    terminal (cron gives a job one pipe for both), or the same file at the same offset
+    (``>> log 2>&1``). The command then gets one pipe for both, and its output keeps its exact order."""
+    try:
+        a, b = os.fstat(fd_a), os.fstat(fd_b)
+    except OSError:
+        return False
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        return False
+    if stat.S_ISFIFO(a.st_mode) or stat.S_ISSOCK(a.st_mode) or stat.S_ISCHR(a.st_mode):
+        return True
+    if not stat.S_ISREG(a.st_mode):
+        return False
+    try:
+        return os.lseek(fd_a, 0, os.SEEK_CUR) == os.lseek(fd_b, 0, os.SEEK_CUR)
+    except OSError:
+        return False
+
+
+def _write_through(fd: int, data: bytes) -> None:
+    """Write everything, waiting (not spinning) when ``fd`` is non-blocking and full; raises
+    OSError when the destination is gone."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
+class _Pump:
+    """Copies the command's output pipes to lockrun's own descriptors, keeping a tail.
+
+    One thread polls every pipe and reads a little from each that is ready in turn, so the
+    tail and two destinations that end up in one place (a terminal, a log) see the writes in the
+    order they reached lockrun; within one pipe the order is always exact. When a destination is
+    gone (``| head -1`` exited), its pipe is closed, so the command's next write to it fails with
+    EPIPE/SIGPIPE exactly as it would without ``--capture-tail``.
     """
 
-    def __init__(self, source: int, target: int, tail: OutputTail) -> None:
-        self.source, self.target, self.tail = source, target, tail
-        self._thread = threading.Thread(target=self._run, name=f"lockrun-pump-{target}", daemon=True)
+    def __init__(self, routes: list[tuple[int, int]], tail: OutputTail) -> None:
+        self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
+        self.tail = tail
+        self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        passing = True
+        poller = select.poll()
+        for source in self.routes:
+            poller.register(source, select.POLLIN)
+        open_sources = dict(self.routes)
         try:
-            while chunk := os.read(self.source, 65536):
-                self.tail.feed(chunk)
-                if passing:
+            while open_sources:
+                for source, _events in poller.poll():
+                    target = open_sources.get(source)
+                    if target is None:
+                        continue
                     try:
-                        _write_all(self.target, chunk)
+                        chunk = os.read(source, PUMP_READ_SIZE)
                     except OSError:
-                        passing = False
-        except OSError:
-            pass
+                        chunk = b""
+                    if chunk:
+                        self.tail.feed(chunk)
+                        try:
+                            _write_through(target, chunk)
+                            continue
+                        except OSError:
+                            pass  # our own output is gone: let the command find out
+                    poller.unregister(source)
+                    del open_sources[source]
+                    os.close(source)
         finally:
-            os.close(self.source)
+            for source in open_sources:
+                os.close(source)
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -219,8 +285,8 @@ class Supervisor:
         self.argv = argv
         self.env = env
         self.tail = OutputTail(capture_tail) if capture_tail else None
-        self._output_fds: tuple[int, int] | None = None
-        self._pumps: list[_Pump] = []
+        self._output_routes: list[tuple[int, int]] | None = None  # (pipe read end, lockrun's fd)
+        self._pump: _Pump | None = None
         self.pid: int | None = None  # the command's process (forked by prepare, exec'd by spawn)
         self.pgid: int | None = None
         self.launched = False
@@ -330,19 +396,30 @@ class Supervisor:
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
         output_fds = None
+        routes: list[tuple[int, int]] = []
         if self.tail is not None:
-            out_r, out_w = os.pipe()
-            errout_r, errout_w = os.pipe()
-            output_fds = (out_w, errout_w)
+            # A stream lockrun was started without stays closed for the command, as without
+            # --capture-tail; two that are one destination share one pipe, which keeps their order.
+            if inherited(1) and inherited(2) and same_destination(1, 2):
+                read_end, write_end = os.pipe()
+                routes.append((read_end, 1))
+                output_fds = (write_end, write_end)
+            else:
+                ends: list[int | None] = [None, None]
+                for index, target in enumerate((1, 2)):
+                    if inherited(target):
+                        read_end, ends[index] = os.pipe()
+                        routes.append((read_end, target))
+                output_fds = (ends[0], ends[1])
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
             _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
         os.close(ctl_r)
         os.close(err_w)
         if output_fds is not None:
-            os.close(out_w)
-            os.close(errout_w)
-            self._output_fds = (out_r, errout_r)
+            for fd in set(output_fds) - {None}:
+                os.close(fd)
+            self._output_routes = routes
         try:
             os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
         except OSError:
@@ -378,11 +455,9 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
-        if self._output_fds is not None:
-            self._pumps = [
-                _Pump(self._output_fds[0], 1, self.tail),
-                _Pump(self._output_fds[1], 2, self.tail),
-            ]
+        if self._output_routes is not None:
+            self._pump = _Pump(self._output_routes, self.tail)
+            self._output_routes = None  # the pump owns (and closes) the read ends now
         # A signal that arrived before the command existed is forwarded now.
         for signum in self.received:
             self._killpg(signum)
@@ -392,10 +467,10 @@ class Supervisor:
         """Let a prepared launcher go without running anything (busy, interrupted, failed)."""
         if self.pid is None or self.launched:
             return
-        for fd in (self._ctl_w, self._err_r, *(self._output_fds or ())):
+        for fd in (self._ctl_w, self._err_r, *(source for source, _ in self._output_routes or ())):
             if fd is not None:
                 os.close(fd)
-        self._ctl_w = self._err_r = self._output_fds = None
+        self._ctl_w = self._err_r = self._output_routes = None
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -471,8 +546,8 @@ class Supervisor:
         self._killpg(signal.SIGKILL)
         _, status = os.waitpid(self.pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        for pump in self._pumps:  # the whole group is gone: the pipes are at EOF, unless a
-            pump.join(PUMP_DRAIN_S)  # process that left the group still holds them
+        if self._pump is not None:  # the whole group is gone: the pipes are at EOF, unless a
+            self._pump.join(PUMP_DRAIN_S)  # process that left the group still holds them
         if self._tty_fd is not None:
             try:
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())

@@ -1,0 +1,112 @@
+"""--capture-tail passes output through as if it were not there: order, closed pipes, closed
+streams, slow readers (both backends)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import history, lockrun_argv, run_lockrun
+
+PY = sys.executable
+O1_E1_O2 = ["sh", "-c", "echo o1; echo e1 >&2; echo o2"]
+
+
+@pytest.fixture
+def env(any_env):
+    return any_env
+
+
+def tail_of(env, name):
+    run_id = history(env, name)[0]["run_id"]
+    return json.loads(run_lockrun(env, "show", run_id, "--json").stdout)["output_tail"]
+
+
+@pytest.mark.parametrize("capture", [[], ["--capture-tail", "1k"]], ids=["inherited", "captured"])
+def test_a_closed_pipe_stops_the_command_as_it_would_without_lockrun(env, capture):
+    # `yes | head -1`: once head exits, yes must get SIGPIPE, with or without the tail pump.
+    shell = f"{shlex.join(lockrun_argv('-n', 'yes', *capture, '--', 'yes'))} | head -1; echo \"${{PIPESTATUS[0]}}\""
+    result = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout == "y\n141\n" and result.stderr == ""
+    row = history(env, "yes")[0]
+    assert (row["status"], row["signal"], row["exit_status"]) == ("killed", 13, 141)
+
+
+def test_stderr_still_flows_when_stdout_is_gone(env):
+    script = ("import sys, time\n"
+              "try:\n"
+              "    for i in range(100000): sys.stdout.write('x' * 100 + '\\n'); sys.stdout.flush()\n"
+              "except BrokenPipeError:\n"
+              "    sys.stderr.write('stdout is gone\\n'); sys.stderr.flush()\n"
+              "    sys.stdout = None\n")
+    argv = lockrun_argv("-n", "half", "--capture-tail", "1k", "--", PY, "-c", script)
+    shell = f"{shlex.join(argv)} | head -c 1000 >/dev/null"
+    result = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True, timeout=60)
+    assert result.stderr == "stdout is gone\n"
+    assert history(env, "half")[0]["status"] == "succeeded"
+
+
+def test_one_destination_keeps_the_exact_order(env, tmp_path):
+    # cron gives a job one pipe for stdout and stderr: lockrun gives the command one too.
+    for attempt in range(10):
+        result = subprocess.run(lockrun_argv("-n", "order", "--capture-tail", "1k", "--", *O1_E1_O2), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        assert result.stdout == b"o1\ne1\no2\n", attempt
+        assert tail_of(env, "order") == "o1\ne1\no2\n"
+    log = tmp_path / "job.log"
+    with open(log, "ab") as f:  # `>> job.log 2>&1`
+        subprocess.run(lockrun_argv("-n", "order", "--capture-tail", "1k", "--", *O1_E1_O2), env=env, stdout=f,
+                       stderr=f, timeout=60, check=True)
+    assert log.read_bytes() == b"o1\ne1\no2\n"
+
+
+def test_two_destinations_each_keep_their_order_and_every_byte(env):
+    result = subprocess.run(lockrun_argv("-n", "two", "--capture-tail", "1k", "--", *O1_E1_O2), env=env,
+                            capture_output=True, timeout=60)
+    assert (result.stdout, result.stderr) == (b"o1\no2\n", b"e1\n")
+    tail = tail_of(env, "two")
+    assert sorted(tail.split()) == ["e1", "o1", "o2"] and tail.index("o1") < tail.index("o2")
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_stream_lockrun_was_started_without_stays_closed_for_the_command(env, closed):
+    command = "echo out; echo err >&2; exit 0"
+    redirect = ">&-" if closed == "stdout" else "2>&-"
+    seen = []
+    for capture in ([], ["--capture-tail", "1k"]):
+        argv = shlex.join(lockrun_argv("-n", "closed", *capture, "--", "sh", "-c", command))
+        result = subprocess.run(["bash", "-c", f"{argv} {redirect}"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        seen.append((result.returncode, result.stdout, result.stderr))
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 0 and ("out" in seen[0][1]) == (closed == "stderr")
+
+
+def test_a_slow_non_blocking_reader_gets_every_byte(env):
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # lockrun's stdout says EAGAIN when the pipe is full
+    proc = subprocess.Popen(lockrun_argv("-n", "slow", "--capture-tail", "1k", "--", PY, "-c",
+                                         "import sys; sys.stdout.buffer.write(b'z' * 1000000)"),
+                            env=env, stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    received = bytearray()
+
+    def read() -> None:
+        time.sleep(0.5)  # let the pipe fill first: the pump must wait, not drop output
+        while chunk := os.read(read_end, 65536):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert proc.wait(60) == 0
+    reader.join(60)
+    os.close(read_end)
+    assert len(received) == 1000000 and proc.stderr.read() == b""
+    proc.stderr.close()
