@@ -77,19 +77,27 @@ FILES = [
     ("$LOCKRUN_STATE_DIR/once/", "Local-backend --once keys that succeeded."),
 ]
 
+# Crontab lines are the README's, verbatim (tests/test_docs.py checks it), so the real-cron test
+# that runs the README's lines covers these too.
 EXAMPLES = [
-    ("Every 5 minutes on every host, one at a time; a busy run exits 75 quietly:",
-     "*/5 * * * * lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices"),
-    ("Treat a busy lock as success for cron:", "* * * * * lockrun -n poll-queue -E 0 -- /opt/app/bin/poll-queue"),
+    ("Every 5 minutes on every host, one at a time; a busy run exits 75 quietly. cron's PATH is "
+     "/usr/bin:/bin, so the line names lockrun in full (or the crontab sets PATH= at its top):",
+     "*/5 * * * * /usr/local/bin/lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices"),
+    ("Treat a busy lock as success for cron:",
+     "* * * * * /usr/local/bin/lockrun -n poll-queue -E 0 -- /opt/app/bin/poll-queue"),
     ("Wait up to 10 minutes for the previous run; never run longer than an hour:",
-     "0 * * * * lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report"),
+     "0 * * * * /usr/local/bin/lockrun -n hourly-report --wait 600 --timeout 3600 -- /opt/app/bin/report"),
     ("Run a day's payroll at most once, however often it is started:",
-     "0 6 * * * lockrun -n payroll --once 'payroll-%Y-%m-%d' -- /opt/app/bin/payroll"),
+     "0 6 * * * /usr/local/bin/lockrun -n payroll --once-per day -- /opt/app/bin/payroll"),
+    ("A key of your own: cron turns % into a newline, so a crontab writes it as \\% (cron removes the "
+     "backslash):",
+     "0 3 * * * /usr/local/bin/lockrun -n nightly-billing --once 'billing-\\%Y-\\%m-\\%d' -- /opt/app/bin/bill"),
     ("Ping healthchecks.io around each run and post failures to Slack with the output's last 10 KiB:",
-     "*/10 * * * * lockrun -n sync --capture-tail 10k --ping https://hc-ping.com/UUID "
-     "--notify https://hooks.slack.com/services/T/B/X --notify-format slack -- /opt/app/bin/sync"),
+     "*/10 * * * * /usr/local/bin/lockrun -n sync-invoices --capture-tail 10k "
+     "--ping https://hc-ping.com/your-check-uuid --notify https://hooks.slack.com/services/T000/B000/XXXX "
+     "--notify-format slack -- /opt/app/bin/sync-invoices"),
     ("A shell pipeline (lockrun runs argv directly):",
-     "30 2 * * * lockrun -n dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
+     "30 2 * * * /usr/local/bin/lockrun -n nightly-dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
     ("See who holds what, what ran, and clear a crashed holder:",
      "lockrun status\nlockrun history sync-invoices --since 7d\nlockrun unlock sync-invoices"),
     ("Every host's runs of a job, from the fleet record in Redis, and one scrape for the fleet:",

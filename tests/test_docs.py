@@ -103,3 +103,28 @@ def test_every_command_has_help_with_an_example():
 def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m pytest" in README and "python -m pytest" in ci
+
+
+def test_the_man_pages_crontab_lines_are_the_readmes():
+    # tests/test_cron.py runs every README crontab line under a real cron; the man page may not differ.
+    from scripts.gen_manpage import EXAMPLES
+    from tests.readme_crontab import crontab_lines, job_line
+
+    readme = {" ".join(line.text.split()) for line in crontab_lines()}
+    man_lines = [text for _, example in EXAMPLES for text in example.splitlines() if job_line(text)]
+    assert len(man_lines) >= 5
+    for text in man_lines:
+        assert " ".join(text.split()) in readme, f"man page crontab line not in the README: {text}"
+
+
+def test_crontab_lines_escape_percent_and_find_lockrun_under_crons_path():
+    from tests.readme_crontab import crontab_lines, unescaped_percent
+
+    lines = crontab_lines()
+    assert len(lines) >= 10
+    for line in lines:
+        assert not unescaped_percent(line.command), f"README line {line.line_no}: cron turns % into a newline"
+        path = [env.split("=", 1)[1] for env in line.env if env.startswith("PATH=")]
+        named = line.command.startswith("/usr/local/bin/lockrun ")
+        assert named or (path and "/usr/local/bin" in path[-1].split(":")), (
+            f"README line {line.line_no}: cron's PATH is /usr/bin:/bin; name /usr/local/bin/lockrun or set PATH=")
