@@ -189,10 +189,11 @@ def _row_to_dict(row: sqlite3.Row) -> dict:
     """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
     ledger may have been written by anyone: every column is read back as the type it should be."""
     item = {key: _text_or_none(row[key]) for key in PUBLIC_FIELDS}
-    for key in ("exit_code", "signal", "pid", "fencing_token"):
+    for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token"):
         item[key] = _int_or_none(row[key])
-    duration = row["duration_s"]
-    item["duration_s"] = float(duration) if isinstance(duration, (int, float)) and math.isfinite(duration) else None
+    for key in ("duration_s", "waited_s"):
+        seconds = row[key]
+        item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
     item["command"] = _command_list(row["command"])
     if item["status"] == "running" and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
         item["status"] = "abandoned"  # its lockrun process is gone: it will never finish

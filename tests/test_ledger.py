@@ -8,6 +8,8 @@ import sqlite3
 import sys
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from lockrun.ledger import _MIGRATIONS, SCHEMA_VERSION, Ledger, RunRecord
 from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 
@@ -173,3 +175,26 @@ def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     table = run_lockrun(env, "history", "v").stdout.splitlines()
     assert table[1].split()[4] == "4" and table[2].split()[4] == "sig"  # an old row shows what it knew
+
+
+@pytest.mark.parametrize("column,value", [
+    ("exit_status", "abc"), ("exit_status", 1.5), ("waited_s", "x"), ("waited_s", float("inf")),
+    ("duration_s", "zz"), ("exit_code", b"\x00\xff"), ("signal", "9"), ("status", b"\xffA"),
+    ("command", "5"), ("command", '{"a": [1]}'), ("command", b"\xff"), ("started_at", 12),
+    ("fencing_token", "big"), ("note", b"\x1b[31m"),
+])
+def test_a_malformed_row_is_shown_as_well_as_it_can_be(env, column, value):
+    assert run_lockrun(env, "-n", "m", "--", "true").returncode == 0
+    db = sqlite3.connect(env["LOCKRUN_STATE_DIR"] + "/ledger.db")
+    db.execute(f"UPDATE runs SET {column} = ?", (value,))
+    db.commit()
+    db.close()
+    (row,) = history(env, "m")
+    run_id = row["run_id"]
+    for args in (["history"], ["status", "m"], ["status", "m", "--json"], ["show", run_id], ["show", run_id, "--json"],
+                 ["metrics"]):
+        result = run_lockrun(env, *args)
+        assert result.returncode == 0 and result.stderr == "", (args, result.stderr)
+    assert all(isinstance(row[key], int) or row[key] is None for key in ("exit_code", "signal", "exit_status"))
+    assert all(isinstance(row[key], float) or row[key] is None for key in ("duration_s", "waited_s"))
+    assert all(isinstance(word, str) for word in row["command"])
