@@ -354,7 +354,9 @@ def status(ctx, names, as_json):
     A holder is a zombie when its process is gone from this host, or its
     heartbeat has missed two renewals. A lock whose record lockrun did not
     write is malformed, with the reason. Exits 69 when the backend is
-    unreachable, after printing what the ledger knows.
+    unreachable, after printing what the ledger knows. When this host's recent
+    runs used another backend than this shell, one line on stderr says how
+    they were configured (status, history and unlock alike).
     """
     from lockrun import render
     from lockrun.backends import open_backend
@@ -514,6 +516,8 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
     Without --fleet it needs no backend: it reads this host's ledger only, and
     exits 1 when the ledger exists but cannot be read. With --fleet it reads
     the runs every host recorded in Redis; exits 69 when Redis is unreachable.
+    EXIT is the exit status lockrun returned (what cron saw), then how the
+    command ended when that says more: 124 (sig 15) is a --timeout.
     """
     from lockrun import render
 
@@ -785,9 +789,9 @@ def metrics(ctx, fleet):
 
     Per lock name: lockrun_last_run_timestamp_seconds,
     lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,
-    lockrun_last_exit_code and lockrun_runs_total{status=...}. With --fleet the
-    counts include busy and duplicate skips of every host; exits 69 when Redis
-    is unreachable.
+    lockrun_last_exit_code, lockrun_last_exit_status (as cron saw it) and
+    lockrun_runs_total{status=...}. With --fleet the counts include busy and
+    duplicate skips of every host; exits 69 when Redis is unreachable.
     """
     from lockrun import metrics as exposition
 
