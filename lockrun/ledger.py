@@ -22,6 +22,7 @@ from pathlib import Path
 from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
+from lockrun.record import ROW_FIELDS
 from lockrun.safefs import UnsafePath, private_dir
 
 # Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
@@ -110,27 +111,8 @@ _MIGRATIONS = {
     """,
 }
 
-# The columns of ``history --json`` (contract §8), in order.
-PUBLIC_FIELDS = (
-    "run_id",
-    "name",
-    "status",
-    "exit_code",
-    "signal",
-    "exit_status",
-    "host",
-    "pid",
-    "command",
-    "backend",
-    "started_at",
-    "ended_at",
-    "duration_s",
-    "waited_s",
-    "fencing_token",
-    "once_key",
-    "error",
-    "note",
-)
+# The columns of ``history --json``, in the order every reader prints them (the fleet record's too).
+PUBLIC_FIELDS = ROW_FIELDS
 _SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
 _SKIP_STATUSES = frozenset({"busy", "duplicate", "unlocked"})  # outcomes where nothing ran
 _SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(_SKIP_STATUSES)) + ")"  # the same, for SQL

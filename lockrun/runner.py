@@ -142,7 +142,7 @@ class Run:
         self.ended_wall: str | None = None
         self.duration_s: float | None = None
         # From the first attempt to take the lock (connecting included) until it was ours or
-        # lockrun gave up; None when it never tried.
+        # lockrun gave up; None when it never tried (the command cannot run, the URL is unusable).
         self.acquire_started_mono: float | None = None
         self.waited_s: float | None = None
         self.start_ping = None  # notify.StartPing, when --ping is given and the command started
@@ -274,8 +274,8 @@ class Run:
         backend = None
         try:
             try:
-                self.acquire_started_mono = time.monotonic()
                 backend = self.backend_factory(self.call_timeout)
+                self.acquire_started_mono = time.monotonic()  # the client is made: the wait begins
                 outcome = self._locked_run(backend, supervisor)
             except BackendUnavailable as exc:
                 outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status="unavailable", error=str(exc))

@@ -185,9 +185,10 @@ class OutputTail:
         return data.decode("utf-8", "replace")
 
 
-# Read at most this much from one pipe before looking at the other: a burst on one stream
-# cannot hold back what the other wrote meanwhile.
+# With two pipes, read at most this much from one before looking at the other: a burst on one
+# stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
 PUMP_READ_SIZE = 1024
+PUMP_READ_SIZE_ONE_PIPE = 65536
 
 
 def inherited(fd: int) -> bool:
@@ -252,6 +253,7 @@ class _Pump:
         for source in self.routes:
             poller.register(source, select.POLLIN)
         open_sources = dict(self.routes)
+        read_size = PUMP_READ_SIZE_ONE_PIPE if len(open_sources) == 1 else PUMP_READ_SIZE
         try:
             while open_sources:
                 for source, _events in poller.poll():
@@ -259,7 +261,7 @@ class _Pump:
                     if target is None:
                         continue
                     try:
-                        chunk = os.read(source, PUMP_READ_SIZE)
+                        chunk = os.read(source, read_size)
                     except OSError:
                         chunk = b""
                     if chunk:

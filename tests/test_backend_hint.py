@@ -65,7 +65,8 @@ def test_local_runs_seen_from_a_redis_shell_and_another_server(tmp_path, redis_s
     local = isolated_env(tmp_path)
     assert run_lockrun(local, "-n", "here", "--", "true").returncode == 0
     line = hints(run_lockrun({**local, "LOCKRUN_REDIS_URL": redis_server.url}, "status"))[0]
-    assert f"used the local backend in {tmp_path / 'state'}" in line and f"uses redis unix://{redis_server.socket}" in line
+    assert f"used the local backend in {tmp_path / 'state'}" in line
+    assert f"uses redis unix://{redis_server.socket}" in line
     on_db1 = {**local, "LOCKRUN_REDIS_URL": redis_server.tcp_url.replace("/0", "/1")}
     run_lockrun(on_db1, "-n", "here", "--", "true")
     line = hints(run_lockrun({**local, "LOCKRUN_REDIS_URL": redis_server.tcp_url}, "status", "here"))[0]
