@@ -14,6 +14,7 @@ import click
 from lockrun import __version__, settings
 from lockrun.clock import iso_ago
 from lockrun.errors import ExitCode, LedgerError, LockrunError
+from lockrun.record import Status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 TOP_LEVEL_ONLY = ("-h", "--help", "--version")
@@ -487,8 +488,7 @@ def _unlock_one(unlocking, backend, inspection, force: bool, yes: bool, ledger_p
     return 1
 
 
-STATUS_CHOICES = ["running", "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "preempted", "killed",
-                  "unavailable", "error", "unlocked", "abandoned"]
+STATUS_CHOICES = [status.value for status in Status]
 
 
 @cli.command(context_settings=CONTEXT)

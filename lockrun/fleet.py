@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from lockrun.clock import parse_iso
 from lockrun.metrics import JobFacts
-from lockrun.record import fields_from_json, parse_int, row_from_fields
+from lockrun.record import Status, fields_from_json, parse_int, row_from_fields
 
 FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
 MAX_PAGE = 512
@@ -120,7 +120,7 @@ class StreamRows:
                     self._ready.append(Entry(self._last_key, row_from_fields(self.name, end)))
                 else:
                     row = row_from_fields(self.name, fields)
-                    row["status"] = "running"  # for now: Judge decides
+                    row["status"] = Status.RUNNING  # for now: Judge decides
                     self._ready.append(Entry(self._last_key, row, open_at=entry_id))
         if events:
             self.before = "(" + events[-1][0]
@@ -174,7 +174,7 @@ class Judge:
             fields = _decoded(raw)
             if _text(fields.get("event", "")) == "end" and _text(fields.get("run_id", "")) == run_id:
                 return row_from_fields(name, fields)
-        return {**entry.row, "status": "running" if run_id in self._holding[name] else "abandoned"}
+        return {**entry.row, "status": Status.RUNNING if run_id in self._holding[name] else Status.ABANDONED}
 
 
 def history(
@@ -247,7 +247,7 @@ def find_run(
         row = row_from_fields(name, _decoded(end))
     elif start is not None:
         opened = row_from_fields(name, _decoded(start[1]))
-        row = Judge(source, holders_of).settle(Entry(id_ms(start[0]), {**opened, "status": "running"}, start[0]))
+        row = Judge(source, holders_of).settle(Entry(id_ms(start[0]), {**opened, "status": Status.RUNNING}, start[0]))
     else:
         return None
     last_fields = _decoded(last)

@@ -22,7 +22,7 @@ from pathlib import Path
 from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
-from lockrun.record import ROW_FIELDS
+from lockrun.record import IN_PROGRESS, NOT_A_RUN, ROW_FIELDS, Status
 from lockrun.safefs import UnsafePath, private_dir
 
 # Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
@@ -33,22 +33,6 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 
 SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 15000
-
-STATUSES = (
-    "running",
-    "succeeded",
-    "failed",
-    "busy",
-    "duplicate",
-    "timeout",
-    "lost",
-    "preempted",
-    "killed",
-    "unavailable",
-    "error",
-    "unlocked",
-    "abandoned",
-)
 
 _MIGRATIONS = {
     1: """
@@ -114,8 +98,7 @@ _MIGRATIONS = {
 # The columns of ``history --json``, in the order every reader prints them (the fleet record's too).
 PUBLIC_FIELDS = ROW_FIELDS
 _SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
-_SKIP_STATUSES = frozenset({"busy", "duplicate", "unlocked"})  # outcomes where nothing ran
-_SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(_SKIP_STATUSES)) + ")"  # the same, for SQL
+_SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(NOT_A_RUN)) + ")"  # outcomes where nothing ran, for SQL
 
 
 class RunRecord(NamedTuple):
@@ -126,7 +109,7 @@ class RunRecord(NamedTuple):
     command: list[str]
     backend: str
     started_at: str
-    status: str = "running"
+    status: str = Status.RUNNING
     host: str | None = None  # None: this host
     pid: int | None = None  # None: this process
     pid_start: int | None = None
@@ -177,7 +160,7 @@ def _row_to_dict(row: sqlite3.Row) -> dict:
         seconds = row[key]
         item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
     item["command"] = _command_list(row["command"])
-    if item["status"] == "running" and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
+    if item["status"] == Status.RUNNING and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
         item["status"] = "abandoned"  # its lockrun process is gone: it will never finish
     return item
 
@@ -448,10 +431,10 @@ class Ledger:
         if since is not None:
             where.append("started_at >= ?")
             params.append(since)
-        derived = status in ("running", "abandoned")
+        derived = status in IN_PROGRESS
         if status is not None:
             where.append("status = ?")
-            params.append("running" if derived else status)
+            params.append(Status.RUNNING if derived else status)
         sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC"
         if derived:  # few rows are ever running: read them all, then keep the ones asked for
             rows = [row for row in self._query(sql, tuple(params)) if row["status"] == status]
@@ -594,14 +577,14 @@ class Ledger:
                 params = {"name": name, "since": since, "until": until, "host": host}
                 runs = self._rows(cursor, finished_sql, params)
                 skips: list[tuple] = []
-                is_skip = list(map(_SKIP_STATUSES.__contains__, map(itemgetter(2), runs)))
+                is_skip = list(map(NOT_A_RUN.__contains__, map(itemgetter(2), runs)))
                 if any(is_skip):
                     skips = [row for row in compress(runs, is_skip) if row[0] >= since]
                     skips.sort()
                     runs = list(compress(runs, map(not_, is_skip)))
                 for row in self._rows(cursor, open_sql, params):
                     status = row[2]
-                    if status == "running" and this_host.known_dead(*row[width:]):
+                    if status == Status.RUNNING and this_host.known_dead(*row[width:]):
                         status = "abandoned"  # its lockrun process is gone: it will never finish
                     runs.append((row[0], None, status, None, *row[4:width]))
                 if runs or skips or names is not None:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from lockrun.clock import parse_iso
 from lockrun.ledger import Ledger
+from lockrun.record import Status
 from lockrun.safefs import write_atomically
 
 FAMILIES = (
@@ -56,7 +57,7 @@ def ledger_facts(ledger: Ledger) -> list[JobFacts]:
         counts.setdefault(name, {})[status] = count
     found = []
     for name in sorted(counts):
-        success = ledger.last_with_status(name, "succeeded")
+        success = ledger.last_with_status(name, Status.SUCCEEDED)
         found.append(JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None,
                               counts[name]))
     return found

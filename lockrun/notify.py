@@ -17,6 +17,7 @@ import urllib.request
 from urllib.parse import unquote, urlsplit
 
 from lockrun import __version__
+from lockrun.record import Status
 from lockrun.settings import redact_endpoint
 
 ATTEMPT_TIMEOUT = 2.0
@@ -106,7 +107,7 @@ def webhook_payload(run: dict, holder: dict | None, output_tail: str | None) -> 
 
 def slack_text(payload: dict) -> dict:
     """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
-    icon = {"succeeded": ":white_check_mark:", "busy": ":hourglass:", "duplicate": ":repeat:"}.get(
+    icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:"}.get(
         payload["status"], ":x:"
     )
     # What cron saw first (exit 124 for a timeout), then how the command itself ended.
@@ -148,11 +149,11 @@ def ping_url(base: str, event: str, run_id: str) -> str:
 
 def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
     """Which ping a final status sends: "" (success), an exit code, or "fail"."""
-    if status in ("succeeded", "duplicate"):
+    if status in (Status.SUCCEEDED, Status.DUPLICATE):
         return ""
-    if status == "failed" and exit_code is not None:
+    if status == Status.FAILED and exit_code is not None:
         return str(exit_code)
-    if status == "killed" and signal is not None:
+    if status == Status.KILLED and signal is not None:
         return str(128 + signal)
     return "fail"
 

@@ -10,6 +10,40 @@ from __future__ import annotations
 
 import json
 import math
+from enum import Enum
+
+
+class Status(str, Enum):
+    """A run's ledger status: one vocabulary for the ledger, the fleet record, the CLI, the
+    tables and charts, webhooks and metrics (README, "Ledger statuses")."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # the command exited 0
+    FAILED = "failed"  # the command exited non-zero
+    BUSY = "busy"  # the lock was held elsewhere: skipped
+    DUPLICATE = "duplicate"  # the --once key had already succeeded: skipped
+    TIMEOUT = "timeout"  # --timeout expired: lockrun stopped the command
+    LOST = "lost"  # the lease was lost: lockrun stopped the command
+    PREEMPTED = "preempted"  # another run asked to replace this one (--replace)
+    KILLED = "killed"  # a signal lockrun did not send for a timeout or a lost lease ended the command
+    UNAVAILABLE = "unavailable"  # the backend could not be reached
+    ERROR = "error"  # the command could not start, or lockrun failed
+    UNLOCKED = "unlocked"  # unlock's record of clearing a lock
+    ABANDONED = "abandoned"  # shown for a running row whose lockrun is gone: it will never finish
+
+    __str__ = str.__str__  # "failed", as stored, in f-strings and messages too
+
+
+#: The statuses a run can end in (what --notify-on may name): all but running, unlocked and
+#: abandoned, which no run ends in.
+FINAL_STATUSES = (
+    Status.SUCCEEDED, Status.FAILED, Status.BUSY, Status.DUPLICATE, Status.TIMEOUT, Status.LOST,
+    Status.PREEMPTED, Status.KILLED, Status.UNAVAILABLE, Status.ERROR,
+)
+#: Outcomes where nothing ran: skips, and the record of an unlock. Not a "last run".
+NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED})
+#: Stored as running; read as abandoned once its lockrun is known to be gone.
+IN_PROGRESS = frozenset({Status.RUNNING, Status.ABANDONED})
 
 # The fields of a run row, in the order ``history --json`` prints them.
 ROW_FIELDS = (

@@ -7,24 +7,25 @@ import os
 import sys
 
 from lockrun.clock import human_duration, seconds_since
+from lockrun.record import Status
 
 STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG
 # draws the same colours (STYLE_HEX).
-STATUS_STYLES = {
-    "succeeded": "green",
-    "failed": "red",
-    "lost": "bold red",
-    "preempted": "bold red",
-    "timeout": "magenta",
-    "killed": "red",
-    "error": "red",
-    "unavailable": "yellow",
-    "abandoned": "yellow",
-    "busy": "dim",
-    "duplicate": "dim",
-    "unlocked": "dim",
-    "running": "cyan",
+STATUS_STYLES: dict[str, str] = {
+    Status.SUCCEEDED: "green",
+    Status.FAILED: "red",
+    Status.LOST: "bold red",
+    Status.PREEMPTED: "bold red",
+    Status.TIMEOUT: "magenta",
+    Status.KILLED: "red",
+    Status.ERROR: "red",
+    Status.UNAVAILABLE: "yellow",
+    Status.ABANDONED: "yellow",
+    Status.BUSY: "dim",
+    Status.DUPLICATE: "dim",
+    Status.UNLOCKED: "dim",
+    Status.RUNNING: "cyan",
 }
 # The palette's styles as SVG colours.
 STYLE_HEX = {

@@ -25,6 +25,7 @@ from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
 from lockrun.backstop import Backstop
 from lockrun.keeper import Keeper, backstop_for
 from lockrun.ledger import FINAL_FIELDS, Ledger, RunRecord
+from lockrun.record import Status
 from lockrun.supervisor import ChildExit, Supervisor, check_runnable
 
 #: report(level, message) with level "info" (only with -v), "warn" or "error".
@@ -59,7 +60,7 @@ class RunOptions(NamedTuple):
 
 class Outcome(NamedTuple):
     exit_code: int
-    status: str
+    status: Status
     command_exit: int | None = None
     signal: int | None = None
     fencing_token: int | None = None
@@ -255,7 +256,7 @@ class Run:
             check_runnable(self.options.argv)
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
-            outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
+            outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
         else:
             outcome = self._run_under_lock()
         self._say_ledger_problem(command_runs=False)
@@ -278,13 +279,13 @@ class Run:
                 self.acquire_started_mono = time.monotonic()  # the client is made: the wait begins
                 outcome = self._locked_run(backend, supervisor)
             except BackendUnavailable as exc:
-                outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status="unavailable", error=str(exc))
+                outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status=Status.UNAVAILABLE, error=str(exc))
                 self.report("error", str(exc))
             except LockrunError as exc:
-                outcome = Outcome(exit_code=exc.exit_code, status="error", error=str(exc))
+                outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
                 self.report("error", str(exc))
             except Exception as exc:  # noqa: BLE001 - recorded, then reported as exit 125
-                outcome = Outcome(exit_code=ExitCode.INTERNAL, status="error", error=f"lockrun failed: {exc!r}")
+                outcome = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=f"lockrun failed: {exc!r}")
                 self.report("error", outcome.error)
         finally:
             supervisor.close()
@@ -297,7 +298,7 @@ class Run:
     def _tell(self, outcome: Outcome) -> Outcome:
         """Final ping and webhooks; a failed delivery is a warning and a ledger note."""
         opts = self.options
-        ping = opts.ping_url and (outcome.status != "busy" or opts.ping_on_busy)
+        ping = opts.ping_url and (outcome.status != Status.BUSY or opts.ping_on_busy)
         notify = opts.notify_urls and outcome.status in opts.notify_on
         if not (ping or notify or self.start_ping):
             return outcome
@@ -423,7 +424,7 @@ class Run:
         if supervisor.received:
             signum = supervisor.received[0]
             error = f"interrupted by signal {signum} before the command started"
-            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status="error", error=error)
+            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
             if isinstance(got, Lease):
                 self._mark_ended()
                 self._release(backend, got, record=FleetRecord(self._as_ledger_row(outcome)))
@@ -432,24 +433,24 @@ class Run:
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
             self.report("info", f"{opts.name!r}: {note}; skipped")
-            return Outcome(exit_code=ExitCode.OK, status="duplicate", note=note)
+            return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
         if isinstance(got, Holder):
             note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
             # Data lockrun did not write may never go away by itself: worth a line even without -v.
             self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
-            return Outcome(exit_code=opts.busy_exit_code, status="busy", note=note, holder=got)
+            return Outcome(exit_code=opts.busy_exit_code, status=Status.BUSY, note=note, holder=got)
         lease = got
         try:
             outcome = self._supervise(backend, supervisor, lease)
         except BaseException as exc:
             self._mark_ended()
-            failed = Outcome(exit_code=ExitCode.INTERNAL, status="error", error=f"lockrun failed: {exc!r}",
+            failed = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=f"lockrun failed: {exc!r}",
                              fencing_token=lease.fencing_token)
             self._release(backend, lease, record=FleetRecord(self._as_ledger_row(failed)))
             raise
         self._mark_ended()
         # After a lost lease the release is a formality that may well fail: try once, quietly.
-        lost = outcome.status in ("lost", "preempted") or self._lost_under_continue
+        lost = outcome.status in (Status.LOST, Status.PREEMPTED) or self._lost_under_continue
         hold_s = 0.0
         if opts.min_hold and not lost:
             hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
@@ -458,7 +459,7 @@ class Run:
             note = f"{outcome.note}; " if outcome.note else ""
             outcome = outcome._replace(note=f"{note}--min-hold keeps the lock taken until {hold_until}")
         record = FleetRecord(self._as_ledger_row(outcome), outcome.output_tail)
-        self._release(backend, lease, lost=lost, succeeded=outcome.status == "succeeded", hold_s=hold_s,
+        self._release(backend, lease, lost=lost, succeeded=outcome.status == Status.SUCCEEDED, hold_s=hold_s,
                       hold_until=hold_until, record=record)
         return outcome
 
@@ -490,7 +491,7 @@ class Run:
             if backstop is not None:
                 backstop.disarm()
             self.report("error", str(exc))
-            return Outcome(exit_code=exc.exit_code, status="error", error=str(exc), fencing_token=lease.fencing_token)
+            return Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc), fencing_token=lease.fencing_token)
         self.command_started_wall = command_started_wall
         keeper = None
         try:
@@ -520,8 +521,8 @@ class Run:
             self.duration_s = round(time.monotonic() - command_started_mono, 6)
             if keeper is not None:
                 keeper.stop()
-        if stop_reason == "lost" and keeper.preempted:
-            stop_reason = "preempted"
+        if stop_reason == Status.LOST and keeper.preempted:
+            stop_reason = Status.PREEMPTED
         self._lost_under_continue = lost_note is not None
         tail = supervisor.tail.text() if supervisor.tail else None
         outcome = self._outcome(child, stop_reason, lost_note, lease, tail)
@@ -542,7 +543,7 @@ class Run:
         """
         opts = self.options
         timeout_at = time.monotonic() + opts.timeout if opts.timeout else None
-        stop_reason: str | None = None
+        stop_reason: Status | None = None
         lost_note: str | None = None
         lease_lost = False
         while not supervisor.child_exit_pending():
@@ -559,7 +560,7 @@ class Run:
                 lease_lost = True
                 if opts.on_lost == "terminate":
                     if stop_reason is None:
-                        stop_reason = "lost"
+                        stop_reason = Status.LOST
                         if keeper.preempted:
                             self.report("warn", f"{opts.name!r}: {problem}; stopping the command")
                         else:
@@ -570,7 +571,7 @@ class Run:
                     lost_note = f"lease lost at {utc_now_iso()}: {problem}"
                     self.report("warn", f"lease on {opts.name!r} lost: {problem}; --on-lost continue: the command goes on")
             if timeout_at is not None and now >= timeout_at and stop_reason is None:
-                stop_reason = "timeout"
+                stop_reason = Status.TIMEOUT
                 self.report("error", f"{opts.name!r} ran past --timeout {opts.timeout:g}s; stopping the command")
                 supervisor.terminate(kill_at=now + opts.kill_after)
             supervisor.kill_if_due()
@@ -596,17 +597,17 @@ class Run:
         return None
 
     def _outcome(
-        self, child: ChildExit, stop_reason: str | None, lost_note: str | None, lease: Lease, tail: str | None
+        self, child: ChildExit, stop_reason: Status | None, lost_note: str | None, lease: Lease, tail: str | None
     ) -> Outcome:
         common = dict(command_exit=child.returncode, signal=child.signal, fencing_token=lease.fencing_token,
                       output_tail=tail)
-        if stop_reason in ("lost", "preempted"):
+        if stop_reason in (Status.LOST, Status.PREEMPTED):
             return Outcome(exit_code=ExitCode.LOST, status=stop_reason, **common)
-        if stop_reason == "timeout":
-            return Outcome(exit_code=ExitCode.TIMEOUT, status="timeout", **common)
+        if stop_reason == Status.TIMEOUT:
+            return Outcome(exit_code=ExitCode.TIMEOUT, status=Status.TIMEOUT, **common)
         if child.signal is not None:
-            return Outcome(exit_code=child.shell_code, status="killed", note=lost_note, **common)
-        status = "succeeded" if child.returncode == 0 else "failed"
+            return Outcome(exit_code=child.shell_code, status=Status.KILLED, note=lost_note, **common)
+        status = Status.SUCCEEDED if child.returncode == 0 else Status.FAILED
         return Outcome(exit_code=child.returncode, status=status, note=lost_note, **common)
 
     def _release(

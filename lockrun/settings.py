@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from lockrun.errors import ConfigError, UsageError
+from lockrun.record import FINAL_STATUSES, Status
 from lockrun.safefs import UnsafePath, check_owner_and_mode
 
 DEFAULT_TTL = 60.0
@@ -188,10 +189,8 @@ def parse_size(text: str, what: str) -> int:
 
 
 # What --notify-on may name: every final status a run can end in.
-NOTIFY_STATUSES = (
-    "succeeded", "failed", "busy", "duplicate", "timeout", "lost", "preempted", "killed", "unavailable", "error",
-)
-DEFAULT_NOTIFY_ON = ("failed", "lost", "timeout", "unavailable", "error")
+NOTIFY_STATUSES = tuple(status.value for status in FINAL_STATUSES)
+DEFAULT_NOTIFY_ON = tuple(s.value for s in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR))
 
 
 def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from lockrun.backends import Backend, Holder
 from lockrun.clock import seconds_since
 from lockrun.ledger import Ledger
 from lockrun.errors import LedgerError
+from lockrun.record import Status
 
 
 def zombie_reason(holder: Holder, age: float | None) -> str | None:
@@ -100,7 +101,7 @@ def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[dict]:
     if ledger is None:
         return []
     try:
-        running = ledger.history(status="running", limit=100000)
+        running = ledger.history(status=Status.RUNNING, limit=100000)
     except LedgerError:
         return []
     by_name = {row["name"]: row for row in reversed(running)}

@@ -24,18 +24,20 @@ from typing import Iterable, Iterator, NamedTuple
 
 from lockrun.clock import ISO_FORMAT, parse_iso
 from lockrun.errors import UsageError
+from lockrun.record import NOT_A_RUN, Status
 
 # Skips: nothing ran. Drawn as a faint mark on the lane, never as a bar, never counted as a run.
-MARK_STATUSES = frozenset({"busy", "duplicate", "unlocked"})
+MARK_STATUSES = NOT_A_RUN
 
 # When several runs share one cell, the worst one is drawn (later in this list is worse).
-SEVERITY = ("succeeded", "running", "preempted", "unavailable", "abandoned", "error", "killed", "failed",
-            "timeout", "lost")
+SEVERITY = (Status.SUCCEEDED, Status.RUNNING, Status.PREEMPTED, Status.UNAVAILABLE, Status.ABANDONED, Status.ERROR,
+            Status.KILLED, Status.FAILED, Status.TIMEOUT, Status.LOST)
 _RANK = {status: rank for rank, status in enumerate(SEVERITY, start=1)}  # unknown statuses: 0
 
 # What counts as a failure in a lane's figures: every run that did not do its work, except a
 # run that another run replaced on purpose (--replace) and one still running.
-FAILURES = frozenset({"failed", "timeout", "lost", "killed", "error", "unavailable", "abandoned"})
+FAILURES = frozenset({Status.FAILED, Status.TIMEOUT, Status.LOST, Status.KILLED, Status.ERROR, Status.UNAVAILABLE,
+                      Status.ABANDONED})
 
 # The letters of a chart without colour (NO_COLOR, a pipe, cron mail), and their legend.
 LETTERS = {

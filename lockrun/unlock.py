@@ -15,6 +15,7 @@ from lockrun.backends import Backend, FleetRecord, Holder
 from lockrun.clock import human_duration, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 from lockrun.ledger import Ledger, RunRecord
+from lockrun.record import Status
 from lockrun.status import zombie_reason
 
 
@@ -114,7 +115,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
     )
     # The same row the ledger keeps, for every host to see in the fleet record (Redis).
     shared = FleetRecord({
-        "run_id": record.run_id, "status": "unlocked", "host": host.hostname(), "pid": os.getpid(),
+        "run_id": record.run_id, "status": Status.UNLOCKED, "host": host.hostname(), "pid": os.getpid(),
         "command": argv, "started_at": record.started_at, "ended_at": record.started_at, "duration_s": 0.0,
         "note": note, "exit_status": 0,
     }, at_once=True)
@@ -128,7 +129,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]
     try:
         ledger = Ledger(ledger_path).open()
         try:
-            ledger.record_event(record, status="unlocked", note=note)
+            ledger.record_event(record, status=Status.UNLOCKED, note=note)
         finally:
             ledger.close()
     except LedgerError as exc:

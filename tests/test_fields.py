@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from lockrun.cli import main
 from lockrun.host import boot_id, hostname
-from lockrun.ledger import STATUSES, Ledger, RunRecord
+from lockrun.ledger import Ledger, RunRecord
+from lockrun.record import Status
 from tests.conftest import REDIS_SERVER, RedisServer
 
 FIELDS = ("token", "run_id", "host", "boot_id", "pid", "pid_start", "child_pid", "command", "started_at",
@@ -215,7 +216,7 @@ ledger_ints = st.one_of(st.none(), st.integers(min_value=-(2 ** 63), max_value=2
     host=near_miss_text(),
     pid=st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1),
     pid_start=ledger_ints,
-    status=st.one_of(st.sampled_from(STATUSES), near_miss_text()),
+    status=st.one_of(st.sampled_from([status.value for status in Status]), near_miss_text()),
     exit_code=ledger_ints,
     signal=ledger_ints,
     fencing_token=ledger_ints,
