@@ -304,12 +304,13 @@ def _open_ledger_for_reading(path, required: bool = True):
     """
     import os
 
+    from lockrun import host
     from lockrun.ledger import Ledger
 
     if not os.path.lexists(path):
         return None
     try:
-        return Ledger(path).open(create=False)
+        return Ledger(path, known_dead=host.known_dead).open(create=False)
     except LedgerError as exc:
         if required:
             raise LedgerError(f"cannot read the run ledger: {exc}") from None

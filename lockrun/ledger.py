@@ -8,6 +8,7 @@ to upgrade from reading to writing (the case where SQLite gives up with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import stat
 import time
 from itertools import compress
 from operator import itemgetter, not_
-from typing import Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 from pathlib import Path
 
 from lockrun import host as this_host
@@ -34,8 +35,10 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 15000
 
-_MIGRATIONS = {
-    1: """
+#: Each schema version: the statements that take the ledger to it from the version before.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """
         CREATE TABLE IF NOT EXISTS runs (
             run_id        TEXT PRIMARY KEY,
             name          TEXT NOT NULL,
@@ -55,44 +58,49 @@ _MIGRATIONS = {
             once_key      TEXT,
             error         TEXT,
             note          TEXT
-        );
-        CREATE INDEX IF NOT EXISTS runs_name_started ON runs (name, started_at);
-        CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
-        CREATE INDEX IF NOT EXISTS runs_status ON runs (status, started_at);
-        CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    """,
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS runs_name_started ON runs (name, started_at)",
+        "CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at)",
+        "CREATE INDEX IF NOT EXISTS runs_status ON runs (status, started_at)",
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ),
     # Totals per name and final status, kept as runs finish: the metrics read a few
     # rows instead of counting a million, and pruning old runs does not make
     # Prometheus counters go backwards.
-    2: """
+    2: (
+        """
         CREATE TABLE IF NOT EXISTS run_counts (
             name   TEXT NOT NULL,
             status TEXT NOT NULL,
             count  INTEGER NOT NULL,
             PRIMARY KEY (name, status)
-        ) WITHOUT ROWID;
+        ) WITHOUT ROWID
+        """,
+        """
         INSERT OR IGNORE INTO run_counts (name, status, count)
-            SELECT name, status, COUNT(*) FROM runs WHERE status != 'running' GROUP BY name, status;
-    """,
+        SELECT name, status, COUNT(*) FROM runs WHERE status != 'running' GROUP BY name, status
+        """,
+    ),
     # The last bytes of the command's output, with --capture-tail (shown by `lockrun show`).
-    3: """
-        ALTER TABLE runs ADD COLUMN output_tail TEXT;
-    """,
+    3: (
+        "ALTER TABLE runs ADD COLUMN output_tail TEXT",
+    ),
     # `lockrun timeline`: a lock name's runs that reach into a window are one range of this index
     # (by end time; a run still running has no end and sorts first), read without the table.
-    4: """
-        CREATE INDEX IF NOT EXISTS runs_timeline ON runs (name, ended_at, started_at, status, duration_s, host);
-    """,
+    4: (
+        "CREATE INDEX IF NOT EXISTS runs_timeline ON runs (name, ended_at, started_at, status, duration_s, host)",
+    ),
     # What lockrun exited with (what cron saw) beside the command's own code, how long the run
     # waited for the lock (started_at and duration_s now cover the command only), and how this
     # run's backend was configured, without credentials (for the shell-versus-runs hint).
     # Rows written before this version keep NULL: none of it was recorded then.
-    5: """
-        ALTER TABLE runs ADD COLUMN exit_status INTEGER;
-        ALTER TABLE runs ADD COLUMN waited_s REAL;
-        ALTER TABLE runs ADD COLUMN backend_where TEXT;
-        ALTER TABLE runs ADD COLUMN backend_from TEXT;
-    """,
+    5: (
+        "ALTER TABLE runs ADD COLUMN exit_status INTEGER",
+        "ALTER TABLE runs ADD COLUMN waited_s REAL",
+        "ALTER TABLE runs ADD COLUMN backend_where TEXT",
+        "ALTER TABLE runs ADD COLUMN backend_from TEXT",
+    ),
 }
 
 # The columns of ``history --json``, in the order every reader prints them (the fleet record's too).
@@ -150,9 +158,15 @@ def _int_or_none(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _row_to_dict(row: sqlite3.Row) -> dict:
+#: known_dead(host, boot_id, pid, pid_start): is a recorded lockrun process certainly gone?
+#: The rule is the caller's (host.known_dead); storage only hands over what was recorded.
+KnownDead = Callable[[Any, Any, Any, Any], bool]
+
+
+def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> dict:
     """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
-    ledger may have been written by anyone: every column is read back as the type it should be."""
+    ledger may have been written by anyone: every column is read back as the type it should be.
+    With ``known_dead``, a running row whose lockrun process is gone reads as abandoned."""
     item = {key: _text_or_none(row[key]) for key in PUBLIC_FIELDS}
     for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token"):
         item[key] = _int_or_none(row[key])
@@ -160,8 +174,9 @@ def _row_to_dict(row: sqlite3.Row) -> dict:
         seconds = row[key]
         item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
     item["command"] = _command_list(row["command"])
-    if item["status"] == Status.RUNNING and this_host.known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"]):
-        item["status"] = "abandoned"  # its lockrun process is gone: it will never finish
+    if (item["status"] == Status.RUNNING and known_dead is not None
+            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"])):
+        item["status"] = Status.ABANDONED  # its lockrun process is gone: it will never finish
     return item
 
 
@@ -176,8 +191,12 @@ def _rollback(db: sqlite3.Connection) -> None:
 
 
 class Ledger:
-    def __init__(self, path: Path | str) -> None:
+    """The run ledger of this host. Readers that show runs pass ``known_dead`` (host.known_dead):
+    running rows whose lockrun process is gone then read as abandoned."""
+
+    def __init__(self, path: Path | str, known_dead: KnownDead | None = None) -> None:
         self.path = Path(path)
+        self._known_dead = known_dead
         self._db: sqlite3.Connection | None = None
 
     # -- opening ----------------------------------------------------------------------
@@ -261,9 +280,8 @@ class Ledger:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 # Statement by statement: executescript() would COMMIT our IMMEDIATE transaction.
-                for statement in _MIGRATIONS[target].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in _MIGRATIONS[target]:
+                    db.execute(statement)
                 db.execute(f"PRAGMA user_version = {target}")
             db.execute("COMMIT")
         except BaseException:
@@ -275,33 +293,36 @@ class Ledger:
             self._db.close()
             self._db = None
 
-    def _write(self, sql: str, params: tuple) -> None:
+    @contextlib.contextmanager
+    def _connection(self, writing: bool = False) -> Iterator[sqlite3.Connection]:
+        """The open database, for one operation: every SQLite error in it becomes a LedgerError
+        that names the ledger (and, for a write, a full disk when it is one)."""
         if self._db is None:
             raise LedgerError(f"ledger {self.path} is not open")
         try:
-            self._retry_locked(lambda: self._db.execute(sql, params))
+            yield self._db
         except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint()}") from None
+            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint() if writing else ''}") from None
+
+    def _write(self, sql: str, params: tuple) -> sqlite3.Cursor:
+        with self._connection(writing=True) as db:
+            return self._retry_locked(lambda: db.execute(sql, params))
 
     def _transaction(self, *statements: tuple[str, tuple]) -> None:
         """Several writes that land together or not at all."""
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
+        with self._connection(writing=True) as db:
 
-        def run() -> None:
-            self._db.execute("BEGIN IMMEDIATE")  # take the write lock first: no upgrade deadlock
-            try:
-                for sql, params in statements:
-                    self._db.execute(sql, params)
-                self._db.execute("COMMIT")
-            except BaseException:
-                _rollback(self._db)
-                raise
+            def run() -> None:
+                db.execute("BEGIN IMMEDIATE")  # take the write lock first: no upgrade deadlock
+                try:
+                    for sql, params in statements:
+                        db.execute(sql, params)
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
 
-        try:
             self._retry_locked(run)
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}{self._full_disk_hint()}") from None
 
     # -- writes -------------------------------------------------------------------------
 
@@ -380,27 +401,15 @@ class Ledger:
 
     def prune(self, older_than: str) -> int:
         """Delete finished rows started before the ISO time ``older_than``; never running ones."""
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
-        try:
-            cursor = self._retry_locked(
-                lambda: self._db.execute(
-                    "DELETE FROM runs WHERE started_at < ? AND status != 'running'", (older_than,)
-                )
-            )
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
-        return cursor.rowcount
+        return self._write("DELETE FROM runs WHERE started_at < ? AND status != 'running'", (older_than,)).rowcount
 
     def prune_now_and_then(self, older_than: str, every_s: float = 3600.0) -> int | None:
         """Prune at most once per ``every_s`` across all runs sharing this ledger.
 
         One indexed read per run decides; the DELETE itself runs about once an hour.
         """
-        try:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'last_prune'").fetchone()
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        with self._connection() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'last_prune'").fetchone()
         if row is not None and parse_iso(row[0]) is not None and seconds_since(row[0]) < every_s:
             return None
         self._write("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_prune', ?)", (utc_now_iso(),))
@@ -409,12 +418,8 @@ class Ledger:
     # -- reads --------------------------------------------------------------------------
 
     def _query(self, sql: str, params: tuple) -> list[dict]:
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
-        try:
-            return [_row_to_dict(row) for row in self._db.execute(sql, params)]
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        with self._connection() as db:
+            return [_row_to_dict(row, self._known_dead) for row in db.execute(sql, params)]
 
     def history(
         self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None,
@@ -446,27 +451,19 @@ class Ledger:
 
         Raises LedgerError when the prefix matches several runs.
         """
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
         pattern = run_id_prefix + "%"  # the CLI lets only hex digits through: no LIKE wildcards
-        try:
-            rows = self._db.execute(
+        with self._connection() as db:
+            rows = db.execute(
                 _SELECT.replace(" FROM runs", ", output_tail FROM runs") + " WHERE run_id LIKE ? LIMIT 2", (pattern,)
             ).fetchall()
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
         if len(rows) > 1:
             raise LedgerError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
-        return (_row_to_dict(rows[0]), rows[0]["output_tail"]) if rows else None
+        return (_row_to_dict(rows[0], self._known_dead), rows[0]["output_tail"]) if rows else None
 
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(name, status, count) of every finished run ever recorded, pruned ones included."""
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
-        try:
-            return [tuple(row) for row in self._db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
-        except SQL_ERRORS as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        with self._connection() as db:
+            return [tuple(row) for row in db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
 
     def _rows(self, cursor: sqlite3.Cursor, sql: str, params: dict) -> list[tuple]:
         """All rows of a query; text that is not UTF-8 (a row someone else wrote) is read with
@@ -584,8 +581,8 @@ class Ledger:
                     runs = list(compress(runs, map(not_, is_skip)))
                 for row in self._rows(cursor, open_sql, params):
                     status = row[2]
-                    if status == Status.RUNNING and this_host.known_dead(*row[width:]):
-                        status = "abandoned"  # its lockrun process is gone: it will never finish
+                    if status == Status.RUNNING and self._known_dead is not None and self._known_dead(*row[width:]):
+                        status = Status.ABANDONED  # its lockrun process is gone: it will never finish
                     runs.append((row[0], None, status, None, *row[4:width]))
                 if runs or skips or names is not None:
                     yield name, runs, skips
@@ -596,18 +593,14 @@ class Ledger:
         """How this host's runs since ``since`` reached their backend, newest first: ``name``,
         ``backend``, ``backend_where``, ``backend_from``, ``started_at`` (``unlock`` rows are an
         operator's shell, not a run: left out)."""
-        if self._db is None:
-            raise LedgerError(f"ledger {self.path} is not open")
         sql = ("SELECT name, backend, backend_where, backend_from, started_at FROM runs"
                " WHERE host = ? AND started_at >= ? AND status != 'unlocked'")
         params: list = [this_host.hostname(), since]
         if names:
             sql += " AND name IN (" + ", ".join("?" * len(names)) + ")"
             params += names
-        try:
-            rows = self._db.execute(sql + " ORDER BY started_at DESC LIMIT 500", params).fetchall()
-        except sqlite3.Error as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        with self._connection() as db:
+            rows = db.execute(sql + " ORDER BY started_at DESC LIMIT 500", params).fetchall()
         return [{key: row[key] for key in row.keys()} for row in rows]
 
     def last_with_status(self, name: str, status: str) -> dict | None:

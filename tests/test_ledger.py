@@ -141,7 +141,8 @@ def test_history_without_a_ledger_is_empty(env):
 def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
-    db.executescript(_MIGRATIONS[1])
+    for statement in _MIGRATIONS[1]:
+        db.execute(statement)
     db.execute("PRAGMA user_version = 1")
     for i, status in enumerate(["succeeded", "succeeded", "failed", "running"]):
         db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at)"
@@ -158,9 +159,8 @@ def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3):
-        for statement in _MIGRATIONS[version].split(";"):
-            if statement.strip():
-                db.execute(statement)
+        for statement in _MIGRATIONS[version]:
+            db.execute(statement)
     db.execute("PRAGMA user_version = 3")
     db.execute("INSERT INTO runs (run_id, name, status, exit_code, signal, host, pid, command, backend, started_at,"
                " ended_at, duration_s) VALUES ('old', 'v', 'timeout', NULL, 15, 'h', 1, '[\"x\"]', 'redis',"

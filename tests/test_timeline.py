@@ -293,7 +293,8 @@ def test_the_ledger_and_history_rows_draw_the_same_chart(known_day, tmp_path):
     now = datetime.now(timezone.utc)
     window = tl.Window(at(0), UNTIL, now)
     from_rows = tl.lanes_from_rows(rows, window)
-    book = Ledger(os.path.join(known_day["LOCKRUN_STATE_DIR"], "ledger.db")).open(create=False)
+    book = Ledger(os.path.join(known_day["LOCKRUN_STATE_DIR"], "ledger.db"),
+                  known_dead=this_host.known_dead).open(create=False)
     try:
         keys = book.window_lanes(tl.iso(window.since), tl.iso(window.until))
         from_ledger = list(tl.lanes(book.window(tl.iso(window.since), tl.iso(window.until))))
@@ -319,7 +320,8 @@ def test_fleet_rows_draw_as_the_ledger_does(env, tmp_path):
     fleet_rows = history(env, "--fleet")
     assert {row["host"] for row in fleet_rows} == {this_host.hostname()} and len(fleet_rows) == 3
     from_fleet = tl.lanes_from_rows(fleet_rows, window, by_host=True)
-    book = Ledger(os.path.join(env["LOCKRUN_STATE_DIR"], "ledger.db")).open(create=False)
+    book = Ledger(os.path.join(env["LOCKRUN_STATE_DIR"], "ledger.db"), known_dead=this_host.known_dead).open(
+        create=False)
     try:
         from_ledger = list(tl.lanes(book.window(tl.iso(since), tl.iso(until), with_host=True), by_host=True))
     finally:
