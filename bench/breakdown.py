@@ -4,7 +4,7 @@
 
 Runs lockrun's own `main()` in a fresh interpreter per round with its phases
 timed (lockrun's imports, then each step of a run), and reports the median of
-each. The steps are the ones the contract requires of every run: the ledger row
+each. The steps are the ones every run must take (docs/internals.md): the ledger row
 written before the command starts and completed after, the acquire and release
 round trips, a process for the command with PR_SET_PDEATHSIG armed, and the
 watchdog that kills the command's group if lockrun is SIGKILLed.

@@ -91,7 +91,7 @@ def main(folder: str, command: str) -> None:
         print(f"| **total beyond the floor** | **{b['beyond_floor_ms']:.2f}** |")
         print(f"| floor: import click, redis, sqlite3 | {b['floor_ms']:.2f} |")
         print(f"| the 1.10x target's budget (10 % of the floor) | {b['floor_ms'] * 0.10:.2f} |")
-        print(f"\nThe steps the contract requires of every run (ledger row before and after, acquire and "
+        print(f"\nThe steps every run must take (docs/internals.md) (ledger row before and after, acquire and "
               f"release, the command's process with its death signal, the watchdog) take "
               f"{b['required_steps_ms']:.2f} ms by themselves. `command: fork, PDEATHSIG, exec` includes the "
               "watchdog and prctl rows above it.")

@@ -122,7 +122,7 @@ GLOBAL_OPTION_NAMES = ("--config", "--redis-url", "--redis-ca", "--prefix", "--l
 
 
 def global_options(fn):
-    """The settings every subcommand accepts (contract §2); read back with :func:`_settings`."""
+    """The settings every subcommand accepts (README, "Usage"); read back with :func:`_settings`."""
     options = [
         click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
                      help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),
@@ -825,7 +825,7 @@ def _duration_text(seconds: float) -> str:
 # --- entry point ---------------------------------------------------------------------------------
 
 
-def _one_line(exc: click.ClickException, args: list[str]) -> str:
+def _one_line(exc: click.ClickException) -> str:
     message = " ".join(exc.format_message().split())
     command = None
     if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx.command is not cli:
@@ -856,10 +856,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
     except click.UsageError as exc:
-        _say(_one_line(exc, args))
+        _say(_one_line(exc))
         code = ExitCode.USAGE
     except click.ClickException as exc:
-        _say(_one_line(exc, args))
+        _say(_one_line(exc))
         code = exc.exit_code
     except click.Abort:
         code = ExitCode.SIGNAL_BASE + 2

@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """lockrun's own exit codes (contract §3). The command's code passes through."""
+    """lockrun's own exit codes (README, "Exit codes"). The command's code passes through."""
 
     OK = 0
     USAGE = 2

@@ -60,7 +60,6 @@ class Keeper:
         self._lost_reason: str | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockrun-keeper", daemon=True)
-        self.renewals = 0
         self.preempted = False  # the lease was given up for a --replace, not lost
 
     # -- what the supervisor loop reads -----------------------------------------------
@@ -138,7 +137,6 @@ class Keeper:
             with self._lock:
                 self._last_ok_sent = sent
                 self._last_error = None
-                self.renewals += 1
             if self._on_renewed is not None:
                 self._on_renewed(sent + self.lease.ttl)
             next_at = sent + self.interval

@@ -26,10 +26,6 @@ class Inspection(NamedTuple):
     zombie_reason: str | None = None
 
     @property
-    def held(self) -> bool:
-        return self.holder is not None
-
-    @property
     def zombie(self) -> bool:
         return self.zombie_reason is not None
 
@@ -76,11 +72,6 @@ def inspect_all(backend: Backend, name: str) -> list[Inspection]:
         reason = None if holder.cooling_until else zombie_reason(holder, age)
         found.append(Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=reason))
     return found
-
-
-def inspect(backend: Backend, name: str) -> Inspection:
-    holders = inspect_all(backend, name)
-    return holders[0] if holders else Inspection(name=name, holder=None)
 
 
 def _who() -> str:

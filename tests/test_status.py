@@ -1,4 +1,4 @@
-"""`lockrun status --json` (contract §9) and secrets kept out of every output."""
+"""`lockrun status --json` (README, "Operating it") and secrets kept out of every output."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Redis backend: one Lua script per operation, every call bounded in time.
 
-Keys (contract §7) are hash-tagged with ``{NAME}`` so that every key of one lock
+Keys (README, "Redis keys") are hash-tagged with ``{NAME}`` so that every key of one lock
 lives in one Redis Cluster slot and a script may touch all of them.
 """
 
@@ -541,12 +541,6 @@ class RedisBackend:
             raise self._unavailable(exc, keys[0] if keys else None) from None
 
     # -- lease operations -----------------------------------------------------------
-
-    def ping(self) -> None:
-        try:
-            self._client.ping()
-        except REDIS_ERRORS as exc:
-            raise self._unavailable(exc) from None
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
