@@ -232,7 +232,8 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
       lockrun -n payroll --once-per day -- /opt/app/bin/payroll
 
     COMMAND is executed directly (no shell); everything after `--` belongs to it.
-    The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN.
+    The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN
+    (an integer that strictly increases with every acquisition of the name).
     A busy lock exits 75 quietly; a lease that cannot be kept stops the command
     and exits 76.
     """

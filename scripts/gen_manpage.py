@@ -34,8 +34,11 @@ DESCRIPTION = [
     "renewed can expire, and lockrun exits 76. If lockrun itself dies, even by SIGKILL, the command's "
     "whole process group is killed at once. Processes that leave the group (setsid, daemons) are "
     "beyond its reach.",
-    "The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN; the fencing token "
-    "strictly increases with every acquisition of the name, for systems that can reject a stale writer.",
+    "The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN; the fencing token is an "
+    "integer that strictly increases with every acquisition of the name, for systems that can reject a "
+    "stale writer. With Redis it is max(the previous token + 1, the server's clock in microseconds), so it "
+    "does not go back after a restart without persistence, a failover or a FLUSHALL either (as long as the "
+    "server clocks do not); the local backend counts 1, 2, 3... in a durable file.",
     "lockrun is silent on success and on a busy skip, and prints one line on stderr on real trouble.",
     "With Redis, every host also writes a fleet record of its runs into the same scripts that take and "
     "release the lock (no extra round trip): status shows each lock's last run on any host, and "

@@ -186,7 +186,7 @@ def test_a_stopped_lockrun_cannot_let_its_command_outlive_the_lease(any_env, tmp
     code, _ = finish(proc)
     assert code == -signal.SIGKILL  # killed by its own timer while stopped
     row = history(any_env, "tick")[0]
-    assert row["status"] == "abandoned" and row["fencing_token"] == 1
+    assert row["status"] == "abandoned" and row["fencing_token"] >= 1
 
 
 @pytest.mark.slow

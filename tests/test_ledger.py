@@ -20,14 +20,15 @@ HISTORY_FIELDS = {
 }
 
 
-def test_a_run_is_recorded_with_every_field(env, tmp_path):
+def test_a_run_is_recorded_with_every_field(env, redis_server, tmp_path):
     result = run_lockrun(env, "-n", "rec", "--", "sh", "-c", "exit 3")
     assert result.returncode == 3
     (row,) = history(env, "rec")
     assert set(row) == HISTORY_FIELDS
     assert row["status"] == "failed" and row["exit_code"] == 3 and row["signal"] is None
     assert row["command"] == ["sh", "-c", "exit 3"] and row["backend"] == "redis"
-    assert row["fencing_token"] == 1 and row["ended_at"] >= row["started_at"]
+    assert row["fencing_token"] == int(redis_server.client().get("lockrun:{rec}:fence"))
+    assert row["ended_at"] >= row["started_at"]
     assert isinstance(row["duration_s"], float) and row["duration_s"] >= 0
 
 
@@ -53,17 +54,18 @@ def test_row_is_running_while_the_command_runs(env, tmp_path):
         proc.wait(30)
 
 
-def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, tmp_path):
+def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, redis_server, tmp_path):
     flag = tmp_path / "started"
     proc = spawn_lockrun(env, "-n", "crash", "--", "sh", "-c", f"touch {flag}; sleep 30")
     wait_until(flag.exists, what="the command")
     # The fencing token is on the row while the command runs, so a crash cannot lose it.
-    wait_until(lambda: history(env, "crash")[0]["fencing_token"] == 1, what="the fencing token in the ledger")
+    token = int(redis_server.client().get("lockrun:{crash}:fence"))
+    wait_until(lambda: history(env, "crash")[0]["fencing_token"] == token, what="the fencing token in the ledger")
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     (row,) = history(env, "crash")
     assert row["status"] == "abandoned"
-    assert row["fencing_token"] == 1
+    assert row["fencing_token"] == token
     assert history(env, "--status", "abandoned")[0]["run_id"] == row["run_id"]
     assert history(env, "--status", "running") == []
 

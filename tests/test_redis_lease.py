@@ -38,7 +38,7 @@ def test_lease_is_renewed_while_the_command_runs_and_released_after(env, redis_s
     assert int(info[b"child_pid"]) > 0  # filled in by a renewal
     assert proc.wait(30) == 0
     assert client.exists("lockrun:{long}:lock", "lockrun:{long}:info") == 0
-    assert client.get("lockrun:{long}:fence") == b"1"
+    assert int(client.get("lockrun:{long}:fence")) > 0
 
 
 def test_info_hash_describes_the_holder(env, redis_server, tmp_path):
@@ -123,3 +123,40 @@ def test_a_sigkilled_slot_holder_is_swept_after_its_ttl(env, redis_server, tmp_p
     finally:
         other.terminate()
         other.wait(30)
+
+
+def _token(env, *args) -> int:
+    result = run_lockrun(env, *args, "--", "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN")
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    return int(result.stdout)
+
+
+def _server_micros(client) -> int:
+    seconds, micros = client.time()
+    return seconds * 1_000_000 + micros
+
+
+def test_fencing_tokens_never_go_back(env, redis_server):
+    """max(counter + 1, server TIME in µs): across a restart without persistence, a FLUSHALL and a
+    counter moved back by hand, for plain locks and --slots alike."""
+    for args in (["-n", "fence"], ["-n", "fence-slots", "--slots", "2"]):
+        before = _server_micros(redis_server.client())
+        tokens = [_token(env, *args)]
+        assert tokens[0] >= before  # the server's clock, not 1
+        tokens.append(_token(env, *args))
+        redis_server.restart()  # --save '' --appendonly no: every key is gone, the counter too
+        assert redis_server.client().dbsize() == 0
+        tokens.append(_token(env, *args))
+        redis_server.client().flushall()
+        tokens.append(_token(env, *args))
+        fence_key = f"lockrun:{{{args[1]}}}:fence"
+        redis_server.client().set(fence_key, 5)  # a counter behind (a lossy failover, a restore)
+        tokens.append(_token(env, *args))
+        assert tokens == sorted(set(tokens)), tokens  # strictly increasing, all of them
+        assert int(redis_server.client().get(fence_key)) == tokens[-1]
+
+
+def test_a_counter_ahead_of_the_clock_still_increases_by_one(env, redis_server):
+    far = 2**52  # ahead of the server's µs clock for the next century; still exact in a Lua double
+    redis_server.client().set("lockrun:{ahead}:fence", far)
+    assert [_token(env, "-n", "ahead"), _token(env, "-n", "ahead")] == [far + 1, far + 2]

@@ -123,7 +123,7 @@ def test_concurrent_runs_never_overlap(env, tmp_path):
     assert codes == [0] * 25
     assert len(intervals(log)) == 25
     rows = history(env, "race")
-    assert sorted(r["fencing_token"] for r in rows) == list(range(1, 26))
+    assert len({r["fencing_token"] for r in rows}) == 25  # every grant its own token
 
 
 def test_concurrent_runs_without_wait_mostly_skip(env, tmp_path):

@@ -77,7 +77,7 @@ local function record_count(counts, keep, status)
 end
 """
 
-# Take the lock, bump the fence and describe the holder, all or nothing; record the start
+# Take the lock, advance the fence and describe the holder, all or nothing; record the start
 # (or count a busy or duplicate outcome) in the fleet record.
 # KEYS: lock, info, fence, preempt, slots, runs, counts[, done]. ARGV: token, ttl_ms,
 # last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms, then info
@@ -85,8 +85,12 @@ end
 # Returns {1, fence} when taken (a preemption request meant for the previous holder is
 # dropped); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
 # given straight back; {-1, n} when the name is in use with --slots n; else {0, pttl,
-# info-hash-as-flat-list}.
+# info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored back:
+# it never goes back, not even after a restart without persistence, a lossy failover or a
+# FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
+# INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
 ACQUIRE_SCRIPT = FLEET_LUA + """
+redis.replicate_commands()
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
 end
@@ -96,9 +100,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     record_count(KEYS[7], ARGV[5], 'duplicate')
     return {2}
   end
-  local fence = redis.call('INCR', KEYS[3])
+  local now = redis.call('TIME')
+  local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('SET', KEYS[3], string.format('%.0f', fence))
   redis.call('DEL', KEYS[2], KEYS[4])
-  redis.call('HSET', KEYS[2], 'fencing_token', fence, unpack(ARGV, 6))
+  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 6))
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   record_start(KEYS[6], ARGV[4], ARGV[5], fence, 6)
   return {1, fence}
@@ -171,6 +177,7 @@ return 0
 # done]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, then info field/value pairs.
 # Returns {1, fence}; {2} for a done --once key; {-1, n} when the name is in use with
 # another N (1: as a plain lock); {0, ms until the soonest holder expires, its info}.
+# The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
 SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + """
 redis.replicate_commands()
 if redis.call('EXISTS', KEYS[5]) == 1 then
@@ -201,9 +208,10 @@ redis.call('SET', KEYS[2], n)
 local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('PEXPIRE', KEYS[2], keep)
-local fence = redis.call('INCR', KEYS[3])
+local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('SET', KEYS[3], string.format('%.0f', fence))
 redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'fencing_token', fence, unpack(ARGV, 7))
+redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 7))
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
 record_start(KEYS[6], ARGV[5], ARGV[6], fence, 7)
 return {1, fence}

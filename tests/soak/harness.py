@@ -44,7 +44,8 @@ INVARIANTS = """\
    dies promptly with it;
 3. two commands of one name overlap only when the earlier lease was ended by a fault (stolen key, server
    death): never while both leases could have been valid;
-4. fencing tokens strictly increase (by one per grant) within each server lifetime, and each command saw its own;
+4. fencing tokens strictly increase in grant order across every server lifetime (a restart without persistence
+   included), and each command saw its own;
 5. every lockrun process has exactly one ledger row, in a final status that matches its exit code
    (abandoned for the SIGKILLed ones), and no lockrun printed a traceback or hung;
 6. no command process outlives the soak;
@@ -444,14 +445,22 @@ class Soak:
 
     @staticmethod
     def _check_fencing(leases: list[ServerLease]) -> list[str]:
+        """Tokens strictly increase in grant order, across every Redis lifetime (the server's own
+        MONITOR timestamps order the grants; every server of a soak runs on this host's clock)."""
         problems = []
-        grants: dict[tuple[int, str], list[ServerLease]] = {}
+        grants: dict[str, list[ServerLease]] = {}
         for lease in leases:
-            grants.setdefault((lease.epoch, lease.name), []).append(lease)
-        for (epoch, name), granted in grants.items():
-            tokens = [lease.fencing_token for lease in sorted(granted, key=lambda lease: lease.acquired_at)]
-            if tokens != list(range(1, len(tokens) + 1)):
-                problems.append(f"Redis lifetime {epoch}, {name}: fencing tokens in grant order {tokens[:20]}...")
+            grants.setdefault(lease.name, []).append(lease)
+        for name, granted in grants.items():
+            ordered = sorted(granted, key=lambda lease: lease.acquired_at)
+            for before, after in zip(ordered, ordered[1:]):
+                if after.fencing_token is None or before.fencing_token is None or \
+                        after.fencing_token <= before.fencing_token:
+                    problems.append(
+                        f"{name}: fencing token {after.fencing_token} (Redis lifetime {after.epoch}, run "
+                        f"{after.run_id}) granted after {before.fencing_token} (lifetime {before.epoch}, run "
+                        f"{before.run_id}): tokens must strictly increase across every lifetime"
+                    )
         return problems
 
     def _check_lockruns(self, commands: list[CommandLog]) -> list[str]:

@@ -170,7 +170,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
     for epoch, lines, died_at in epochs:
         current: dict[str, ServerLease] = {}
         context: list[str] = []  # the client command the following lua lines belong to
-        pending: ServerLease | None = None  # a SET NX seen; granted once the fence INCR follows
+        pending: ServerLease | None = None  # a SET NX seen; granted once the fence is written
 
         def end(lease: ServerLease, how: str, at: float) -> None:
             if lease.ended_at is None:
@@ -228,7 +228,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 elif "PX" in args:
                     lease.last_reset, lease.ttl = at, int(args[args.index("PX") + 1]) / 1000.0
                     lease.resets += 1
-            elif verb == "INCR" and pending is not None and lock_name(key, prefix, "fence"):
+            elif verb == "SET" and pending is not None and lock_name(key, prefix, "fence"):
                 holder = current.get(pending.name)
                 if holder is not None:
                     if at < holder.valid_until - EPSILON:

@@ -15,7 +15,9 @@ def grant(at: float, token: str, fence: int, run_id: str, ttl_ms: int = 1000) ->
     return [
         f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVALSHA", "sha", "5", LOCK, INFO, FENCE, "p", "s", token, ttl_ms),
         f"+{at:.6f} [0 lua] " + q("SET", LOCK, token, "NX", "PX", ttl_ms),
-        f"+{at:.6f} [0 lua] " + q("INCR", FENCE),
+        f"+{at:.6f} [0 lua] " + q("TIME"),
+        f"+{at:.6f} [0 lua] " + q("GET", FENCE),
+        f"+{at:.6f} [0 lua] " + q("SET", FENCE, fence),
         f"+{at:.6f} [0 lua] " + q("HSET", INFO, "fencing_token", fence, "run_id", run_id),
     ]
 
