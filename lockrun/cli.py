@@ -13,7 +13,7 @@ import click
 
 from lockrun import __version__, settings
 from lockrun.clock import iso_ago
-from lockrun.errors import ExitCode, LedgerError, LockrunError
+from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
 from lockrun.record import Status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -73,6 +73,7 @@ def _moment(value: str, what: str):
 
 MOMENT = Validated("TIME", _moment)
 HOST = Validated("H", settings.validate_host)
+REPLICAS = Validated("N|all", settings.parse_replicas)
 SIZE = Validated("SIZE", settings.parse_size)
 NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
 ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
@@ -203,6 +204,11 @@ def cli() -> None:
 @click.option("--replace", is_flag=True,
               help="Ask the current holder to stop (it exits 76 with ledger status preempted), wait for its "
                    "release, then run; never two at once.")
+@click.option("--replicas", type=REPLICAS, metavar="N|all",
+              help="WAIT for N Redis replicas (all: every replica in sync with the master) behind the acquire and "
+                   "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "
+                   "does not run; a renewal counts only when acknowledged. N: 0 to 100 [default: 0; config: "
+                   "replicas].")
 @click.option("--metrics-file", metavar="PATH",
               help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
@@ -222,7 +228,7 @@ def cli() -> None:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
 def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, once_per, remember, slots, min_hold,
-        replace, metrics_file, notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail,
+        replace, replicas, metrics_file, notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail,
         verbose, quiet, command):
     """Run COMMAND while holding the lock NAME.
 
@@ -250,6 +256,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     once_key = settings.expand_once_key(once) if once is not None else None
     if once_per is not None:
         once_key = settings.once_key_for_period(once_per)
+    replicas = _replicas_for(resolved, replicas)
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -281,7 +288,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     outcome = Run(
         options,
         backend_factory=lambda timeout_s: open_backend(
-            resolved, timeout_s, call_timeout_for(resolved.ttl, resolved.connect_timeout)
+            resolved, timeout_s, call_timeout_for(resolved.ttl, resolved.connect_timeout), replicas=replicas
         ),
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
@@ -292,6 +299,19 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
         backend_from=resolved.backend_from,
     ).execute()
     ctx.exit(outcome.exit_code)
+
+
+def _replicas_for(resolved: settings.Settings, flag):
+    """--replicas, else the config file's ``replicas``; only a Redis backend has replicas to wait for."""
+    replicas = flag if flag is not None else resolved.replicas
+    if replicas and not resolved.redis_url:
+        reason = "the local backend has no replicas to wait for; configure a Redis URL, or drop it"
+        if flag is not None:
+            raise click.UsageError(f"--replicas {replicas} needs a Redis backend: {reason}")
+        raise ConfigError(
+            f"config file {resolved.config_path}: replicas = {replicas!r} needs a Redis backend: {reason}"
+        )
+    return replicas
 
 
 # --- status, unlock, history, prune ----------------------------------------------------------------

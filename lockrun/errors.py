@@ -74,6 +74,15 @@ class ForeignData(BackendUnavailable):
     (a Redis key of another type, a file that is not a regular file)."""
 
 
+class ReplicasMissing(BackendUnavailable):
+    """Fewer replicas than --replicas asks for acknowledged a write (the lock, or a renewal)."""
+
+    def __init__(self, message: str, acknowledged: int, needed: int) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged
+        self.needed = needed
+
+
 class CommandNotRunnable(LockrunError):
     """The command could not be executed: not found (127) or not executable (126)."""
 

@@ -379,8 +379,9 @@ class Run:
                 result = backend.acquire(opts.name, self.token, opts.ttl, self._holder_info(), once, opts.slots,
                                          last_try=last_try)
             except BackendUnavailable:
-                # The script may have run even though its reply never came back: give back
-                # whatever our token holds rather than leave it stuck for a whole TTL.
+                # The script may have run even though its reply never came back, or it ran but
+                # too few replicas acknowledged it (--replicas): give back whatever our token
+                # holds rather than leave it stuck for a whole TTL.
                 self._forget(backend, opts.name)
                 raise
             if not deadline_known and isinstance(result, Holder):

@@ -188,6 +188,24 @@ def parse_size(text: str, what: str) -> int:
     return size
 
 
+ALL_REPLICAS = "all"
+MAX_REPLICAS = 100
+REPLICAS_RULE = f"a whole number from 0 to {MAX_REPLICAS}, or all"
+
+
+def parse_replicas(text, what: str) -> int | str:
+    """``--replicas``: how many Redis replicas must acknowledge the lock and each renewal.
+
+    0 (the default) waits for none; ``all`` for every replica in sync with the master.
+    """
+    value = str(text).strip().lower()
+    if value == ALL_REPLICAS:
+        return ALL_REPLICAS
+    if not re.fullmatch(r"[0-9]{1,6}", value) or int(value) > MAX_REPLICAS:
+        raise UsageError(f"invalid {what} {text!r}: expected {REPLICAS_RULE}")
+    return int(value)
+
+
 # What --notify-on may name: every final status a run can end in.
 NOTIFY_STATUSES = tuple(status.value for status in FINAL_STATUSES)
 DEFAULT_NOTIFY_ON = tuple(s.value for s in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR))
@@ -409,6 +427,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
                                      " (a run caps it at TTL/3)"),
     "connect_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
                                       " (a run caps it at TTL/3)"),
+    "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
 }
 
 #: A config file larger than this is not a config file.
@@ -487,6 +506,8 @@ def _check_config_value(key: str, value, expected: str, where: str) -> None:
     try:
         if key == "min_hold":
             parse_min_hold(value, "min_hold")
+        if key == "replicas":
+            parse_replicas(value, "replicas")
         if key == "notify_urls":
             for url in value:
                 validate_http_url(url, "notify_urls entry")
@@ -564,6 +585,7 @@ class Settings(NamedTuple):
     fleet_keep_days: int = DEFAULT_FLEET_KEEP_DAYS
     redis_password_file: Path | None = None  # the password, kept out of argv and the environment
     redis_url_from: str | None = None  # "--redis-url", "LOCKRUN_REDIS_URL" or "redis_url in FILE"
+    replicas: int | str = 0  # the config file's `replicas` (--replicas overrides it)
 
     @property
     def backend_name(self) -> str:
@@ -629,6 +651,7 @@ def resolve(
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
         notify_urls=tuple(file.get("notify_urls", ())),
         min_hold=parse_min_hold(file["min_hold"], "min_hold") if file.get("min_hold") else None,
+        replicas=parse_replicas(file["replicas"], "replicas") if "replicas" in file else 0,
         redis_ca=redis_ca or file.get("redis_ca"),
         socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,
         connect_timeout=float(file["connect_timeout"]) if "connect_timeout" in file else None,

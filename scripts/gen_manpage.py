@@ -39,6 +39,10 @@ DESCRIPTION = [
     "stale writer. With Redis it is max(the previous token + 1, the server's clock in microseconds), so it "
     "does not go back after a restart without persistence, a failover or a FLUSHALL either (as long as the "
     "server clocks do not); the local backend counts 1, 2, 3... in a durable file.",
+    "With --replicas N (or all), each acquire and each renewal is followed, in the same round trip, by a "
+    "WAIT for that many replicas of the Redis master: a lock that too few replicas acknowledged is given "
+    "back and lockrun exits 69 without running the command, and a renewal too few acknowledged does not "
+    "count, so the deadline lockrun enforces is one that a replica promoted by a failover knows too.",
     "lockrun is silent on success and on a busy skip, and prints one line on stderr on real trouble.",
     "With Redis, every host also writes a fleet record of its runs into the same scripts that take and "
     "release the lock (no extra round trip): status shows each lock's last run on any host, and "
@@ -69,9 +73,9 @@ ENVIRONMENT = [
 
 FILES = [
     ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, redis_password_file, socket_timeout, "
-                          "connect_timeout, prefix, ledger, state_dir, ttl, min_hold, notify_urls, ledger_keep_days, "
-                          "metrics_file, fleet_keep_runs, fleet_keep_days. Must be owned by root or you and writable "
-                          "by nobody else. Used if it exists."),
+                          "connect_timeout, prefix, ledger, state_dir, ttl, min_hold, replicas, notify_urls, "
+                          "ledger_keep_days, metrics_file, fleet_keep_runs, fleet_keep_days. Must be owned by root or "
+                          "you and writable by nobody else. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/", "Must be owned by you or root and writable by nobody else; created 0700. lockrun "
                             "follows no link in it."),

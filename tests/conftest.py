@@ -54,12 +54,13 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, password: str | None = None, tls: dict | None = None) -> None:
+    def __init__(self, password: str | None = None, tls: dict | None = None, args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="lr-redis-"))  # short: unix socket paths are limited
         self.socket = str(self.dir / "redis.sock")
         self.port = free_port()
         self.password = password
         self.tls = tls  # {"cert": ..., "key": ..., "ca": ...}: serve TLS on self.port
+        self.args = list(args)  # more redis-server options, e.g. ("--replicaof", "127.0.0.1", "6379")
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -87,6 +88,7 @@ class RedisServer:
         ]
         if self.password:
             argv += ["--requirepass", self.password]
+        argv += self.args
         if self.tls:
             argv[argv.index("--port") + 1] = "0"
             argv += ["--tls-port", str(self.port), "--tls-cert-file", self.tls["cert"],

@@ -1,9 +1,11 @@
-"""Redis Cluster: three masters made by `redis-cli --cluster create`, hash-tagged keys, status across nodes."""
+"""Redis Cluster: three masters and their replicas made by `redis-cli --cluster create`, hash-tagged keys,
+status across nodes, --replicas asking each name's own master."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -17,10 +19,23 @@ from tests.conftest import Hosts, free_port, run_lockrun, spawn_lockrun, stop_se
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster")
 
 
+class ClusterNodes(list):
+    """The nodes' ports (three masters first, then a replica of each) and their processes."""
+
+    def __init__(self, ports: list[int], procs: list[subprocess.Popen]) -> None:
+        super().__init__(ports)
+        self.procs = dict(zip(ports, procs))
+
+
+def _replicas_in_sync(port: int) -> int:
+    role = tcp_reply(port, "ROLE", default=[b"", 0, []])
+    return len(role[2]) if role[0] == b"master" else 0
+
+
 @pytest.fixture(scope="module")
 def cluster():
     folder = Path(tempfile.mkdtemp(prefix="lr-cluster-"))
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(6)]
     procs = []
     for port in ports:
         node_dir = folder / str(port)
@@ -35,11 +50,13 @@ def cluster():
         for port in ports:
             wait_until(lambda port=port: tcp_reply(port, "PING", default=False), what=f"cluster node {port}")
         subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+                        "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True, timeout=60)
         for port in ports:
             wait_until(lambda port=port: b"cluster_state:ok" in tcp_reply(port, "CLUSTER", "INFO", default=b""),
                        timeout=30, what="cluster_state:ok")
-        yield ports
+        wait_until(lambda: sum(_replicas_in_sync(port) for port in ports) == 3, timeout=60,
+                   what="every master's replica to sync")
+        yield ClusterNodes(ports, procs)
     finally:
         stop_servers(procs, folder)
 
@@ -115,3 +132,38 @@ def test_the_fleet_record_on_a_cluster(cluster_env, tmp_path):
     assert 'lockrun_last_exit_code{name="fleet-5"} 5' in metrics
     run_id = next(r["run_id"] for r in rows if r["name"] == "fleet-2")
     assert hosts.json("app-a", "show", run_id[:10], "--fleet")["exit_code"] == 2
+
+
+def test_replicas_wait_on_each_names_own_master(cluster_env, cluster, tmp_path):
+    """--replicas: the WAIT goes to the master owning the name's slot and counts that master's replicas."""
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster[0])
+    try:
+        shards: dict[int, tuple[str, int]] = {}  # master port -> (a name it owns, the port of its replica)
+        for i in range(64):
+            name = f"rep-{i}"
+            primary, *replicas = client.nodes_manager.slots_cache[client.keyslot(f"lockrun:{{{name}}}:lock")]
+            if replicas and primary.port not in shards:
+                shards[primary.port] = (name, replicas[0].port)
+    finally:
+        client.close()
+    assert len(shards) == 3
+    for name, replica in shards.values():
+        result = run_lockrun(cluster_env, "-n", name, "--ttl", "10", "--replicas", "all", "--", "sh", "-c",
+                             "echo $LOCKRUN_FENCING_TOKEN")
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+        with redis.Redis(port=replica, socket_timeout=2, protocol=2) as on_replica:
+            on_replica.execute_command("READONLY")  # a cluster replica serves reads of its master's slots
+            assert on_replica.get(f"lockrun:{{{name}}}:fence") == result.stdout.strip().encode()
+    (paused_name, paused_replica), (other_name, _), _ = shards.values()
+    cluster.procs[paused_replica].send_signal(signal.SIGSTOP)
+    try:
+        flag = tmp_path / "ran"
+        for replicas in ("1", "all"):
+            result = run_lockrun(cluster_env, "-n", paused_name, "--ttl", "10", "--replicas", replicas, "--",
+                                 "touch", str(flag))
+            assert result.returncode == 69 and "only 0 of 1 replica acknowledged the lock" in result.stderr
+            assert result.stderr.count("\n") == 1 and not flag.exists()
+        # another master's replica is not asked, so another name runs
+        assert run_lockrun(cluster_env, "-n", other_name, "--ttl", "10", "--replicas", "1", "--", "true").returncode == 0
+    finally:
+        cluster.procs[paused_replica].send_signal(signal.SIGCONT)

@@ -108,3 +108,25 @@ def test_the_fleet_record_behind_sentinel_survives_a_failover(sentinels, tmp_pat
     rows = hosts.json("app-b", "history", "--fleet", "nightly")
     assert [(r["host"], r["status"]) for r in rows] == [("app-a", "succeeded"), ("app-b", "failed")]
     assert 'lockrun_runs_total{name="nightly",status="failed"} 1' in hosts.run("app-b", "metrics", "--fleet").stdout
+
+
+def test_with_replicas_the_promoted_replica_has_the_lease(local_env, sentinels, tmp_path):
+    """--replicas 1: the replica acknowledged the grant, so after a failover the new master still holds
+    the name for the holder and a contender is busy; the holder goes on or stops cleanly (no replica
+    acknowledges its renewals until the old master rejoins)."""
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
+    flag = tmp_path / "started"
+    holder = spawn_lockrun(env, "-n", "keep", "--ttl", "4", "--replicas", "1", "--", "sh", "-c",
+                           f"touch {flag}; sleep 6", stderr=subprocess.PIPE)
+    wait_until(flag.exists, what="the holder")
+    token = _client(sentinels["master"]).get("lockrun:{keep}:lock")
+    assert token and _client(sentinels["replica"]).get("lockrun:{keep}:lock") == token  # acknowledged: it is there
+    _client(sentinels["sentinels"][0]).execute_command("SENTINEL", "FAILOVER", "mymaster")
+    wait_until(lambda: _client(sentinels["replica"]).info("replication")["role"] == "master", timeout=30,
+               what="the replica to be promoted")
+    contender = run_lockrun(env, "-n", "keep", "--replicas", "1", "--", "true")
+    still_held = holder.poll() is None
+    assert contender.returncode in ((75,) if still_held else (0, 69, 75)), contender.stderr
+    _, err = holder.communicate(timeout=60)
+    assert holder.returncode in (0, 76), err
+    assert "Traceback" not in err and err.count("\n") <= 1

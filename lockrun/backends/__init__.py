@@ -31,6 +31,7 @@ class Lease(NamedTuple):
     sent_at: float  # time.monotonic() just before the acquire was sent: the lease starts no later
     once: OnceKey | None = None  # marked done by a release after a successful command
     slots: int = 1  # --slots N: one of N holders
+    replicas: int = 0  # --replicas: how many replicas must acknowledge each renewal (all: learned at acquire)
 
 
 class OnceKey(NamedTuple):
@@ -245,12 +246,18 @@ class Backend(Protocol):
     ) -> Lease | Holder | Duplicate:
         """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
 
-        One round trip. Raises SlotsMismatch when the name is in use with another N. With
-        ``last_try``, a busy answer is this run's outcome (the fleet record counts it).
+        One round trip. Raises SlotsMismatch when the name is in use with another N, and
+        ReplicasMissing when the lock was taken but fewer replicas than ``--replicas`` asks
+        acknowledged it (the caller gives it back). With ``last_try``, a busy answer is this
+        run's outcome (the fleet record counts it).
         """
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
-        """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED."""
+        """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED.
+
+        Raises ReplicasMissing when fewer than ``lease.replicas`` replicas acknowledged the
+        reset: such a renewal must not count towards the lease's deadline.
+        """
 
     def release(
         self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
@@ -302,11 +309,12 @@ def call_timeout_for(ttl: float, configured: float | None = None) -> float:
     return min(5.0, max(0.05, ttl / 5.0))
 
 
-def open_backend(settings, timeout: float, connect_timeout: float | None = None) -> Backend:
+def open_backend(settings, timeout: float, connect_timeout: float | None = None, replicas: int | str = 0) -> Backend:
     """Redis when a URL is configured, else the local backend in the state directory.
 
     A configured but unreachable Redis is never replaced by the local backend:
-    that is exit 69. Redis is imported only when it is used.
+    that is exit 69. Redis is imported only when it is used. ``replicas`` (``--replicas``:
+    a number or "all") is how many Redis replicas must acknowledge an acquire or renewal.
     """
     if not settings.redis_url:
         from lockrun.backends.local import LocalBackend
@@ -318,4 +326,5 @@ def open_backend(settings, timeout: float, connect_timeout: float | None = None)
         settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout,
         fleet=FleetRetention(settings.fleet_keep_runs, settings.fleet_keep_days),
         password=settings.redis_password(),
+        replicas=replicas,
     )

@@ -18,9 +18,9 @@ from redis.retry import Retry
 
 from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, FleetRetention, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable, ForeignData, SlotsMismatch, UsageError
+from lockrun.errors import BackendUnavailable, ForeignData, ReplicasMissing, SlotsMismatch, UsageError
 from lockrun.record import fields_from_row, row_json, tail_for_fleet
-from lockrun.settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
+from lockrun.settings import ALL_REPLICAS, CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 
 # The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
@@ -296,6 +296,24 @@ REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 WAKE_TTL_MS = 5000
 SCAN_BATCH = 1000
+#: With --replicas, WAIT may block for this share of the call timeout, less WAIT_LATE, so
+#: that its reply always arrives before the socket's read timeout gives up on it.
+WAIT_SHARE = 0.75
+#: Redis notices that a WAIT ran out of time only at its next cron tick (hz 10: up to 100 ms
+#: late); acknowledgements, on the other hand, end a WAIT at once.
+WAIT_LATE = 0.1
+
+
+class Acknowledged(NamedTuple):
+    """A script's reply and what WAIT (and ROLE, when asked) said right behind it."""
+
+    reply: object
+    acks: int  # replicas that have every write this connection made, script included
+    in_sync: int | None = None  # replicas in sync with the master, as ROLE lists them
+
+
+def _replicas_word(count: int) -> str:
+    return "replica" if count == 1 else "replicas"
 
 
 class LockKeys(NamedTuple):
@@ -423,11 +441,13 @@ class RedisBackend:
         self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None,
         fleet: FleetRetention = FleetRetention(),
         password: str | None = None,
+        replicas: int | str = 0,
     ) -> None:
         self.url = url
         self.prefix = prefix
         self.fleet = fleet
         self.timeout = timeout
+        self.replicas = replicas  # --replicas: a number, or ALL_REPLICAS
         self.connect_timeout = connect_timeout or timeout
         self.ca = ca
         self._redacted = redact_url(url)
@@ -435,6 +455,7 @@ class RedisBackend:
         self._cluster = parse_cluster_url(url) if scheme in CLUSTER_SCHEMES + SENTINEL_SCHEMES else None
         if self._cluster is not None and self._cluster.password is None and password is not None:
             self._cluster = self._cluster._replace(password=password)
+        self._is_cluster = scheme in CLUSTER_SCHEMES
         try:
             in_url = self._cluster.password if self._cluster else parse_url(url).get("password")
             self._password = in_url or password
@@ -548,6 +569,86 @@ class RedisBackend:
         except REDIS_ERRORS as exc:
             raise self._unavailable(exc, keys[0] if keys else None) from None
 
+    def _master_of(self, key: str):
+        """A client of the master that holds ``key``: on a Cluster, the node owning its slot."""
+        if not self._is_cluster:
+            return self._client
+        return self._client.get_redis_connection(self._client.get_node_from_key(key))
+
+    def _eval_then_wait(self, script: str, keys: list[str], args: list, replicas: int, ask_role: bool = False,
+                        budget: float | None = None) -> Acknowledged:
+        """EVAL, then ``WAIT replicas t`` behind it in one pipeline: still one round trip.
+
+        WAIT counts the replicas that have every write *this connection* made, so it must
+        follow the script on the same connection, which a pipeline guarantees; on a Cluster
+        both go to the node that owns the keys' slot, so each name's own master is asked
+        about its own replicas. ``t`` is a share of ``budget`` (the call timeout), so the
+        reply comes before the socket gives up. With ``ask_role``, ROLE goes first and
+        says how many replicas are in sync with that master (``--replicas all``).
+        """
+        wait_ms = self._wait_ms(budget)
+        client = self._master_of(keys[0])
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            if ask_role:
+                pipe.execute_command("ROLE")
+            pipe.eval(script, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", replicas, wait_ms)
+            try:
+                replies = pipe.execute()
+            except redis.exceptions.MovedError as exc:
+                if attempt == 1 and self._is_cluster:  # the slot moved: learn the map again, ask its new owner
+                    self._client.nodes_manager.initialize()
+                    client = self._master_of(keys[0])
+                    continue
+                raise self._unavailable(exc, keys[0]) from None
+            except REDIS_ERRORS as exc:
+                raise self._unavailable(exc, keys[0]) from None
+            finally:
+                pipe.reset()
+            in_sync = None
+            if ask_role:
+                role = replies.pop(0)
+                in_sync = len(role[2]) if _text(role[0]) == "master" and len(role) > 2 else 0
+            return Acknowledged(reply=replies[0], acks=int(replies[1]), in_sync=in_sync)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait_ms(self, budget: float | None = None) -> int:
+        """WAIT's timeout: its reply must come back within ``budget``, the call timeout."""
+        return max(1, round(((self.timeout if budget is None else budget) * WAIT_SHARE - WAIT_LATE) * 1000))
+
+    def _too_few(self, what: str, acks: int, needed: int) -> str:
+        within = self._wait_ms() / 1000
+        return f"only {acks} of {needed} {_replicas_word(needed)} acknowledged the {what} within {within:g}s"
+
+    def _confirmed(self, lease: Lease, got: Acknowledged) -> Lease:
+        """The lease, once as many replicas as --replicas asks have it; else ReplicasMissing
+        (and the caller gives the lock back: nothing may run under it)."""
+        if self.replicas != ALL_REPLICAS:
+            needed = int(self.replicas)
+        else:
+            needed = got.in_sync or 0
+            if needed == 0:
+                raise ReplicasMissing(
+                    f"--replicas all, but the master of {lease.name!r} has no replica in sync (ROLE lists none);"
+                    " the command did not run (--replicas 0 is for a Redis without replicas)", 0, 0,
+                )
+        lease = lease._replace(replicas=needed)
+        acks = got.acks
+        if acks < needed:
+            # --replicas all waited for one replica, and the others were not there yet: wait
+            # for all of them behind a renewal, on whichever connection (the renewal's write
+            # follows the grant's in the replication stream, so a replica that has one has both).
+            left = self.timeout - (time.monotonic() - lease.sent_at)
+            if left * WAIT_SHARE - WAIT_LATE > 0.005:
+                renewal = self._renew_script(lease, utc_now_iso(), None)
+                again = self._eval_then_wait(*renewal, needed, budget=left)
+                acks = again.acks if int(again.reply) in (1, 2) else 0
+        if acks < needed:
+            too_few = self._too_few(f"lock on {lease.name!r}", acks, needed)
+            raise ReplicasMissing(f"{too_few} (--replicas {self.replicas}); the command did not run", acks, needed)
+        return lease
+
     # -- lease operations -----------------------------------------------------------
 
     def acquire(
@@ -561,18 +662,28 @@ class RedisBackend:
             pairs += [key, value]
         done = [keys.done(once.key)] if once else []
         retention = [self.fleet.max_events, self.fleet.keep_ms]
-        sent_at = time.monotonic()
         if slots > 1:
+            script = SLOTS_ACQUIRE_SCRIPT
             script_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
                            keys.counts, *done]
-            reply = self._eval(SLOTS_ACQUIRE_SCRIPT, script_keys,
-                               [token, ttl_ms, slots, int(last_try), *retention, *pairs])
+            args = [token, ttl_ms, slots, int(last_try), *retention, *pairs]
         else:
+            script = ACQUIRE_SCRIPT
             script_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done]
-            reply = self._eval(ACQUIRE_SCRIPT, script_keys, [token, ttl_ms, int(last_try), *retention, *pairs])
+            args = [token, ttl_ms, int(last_try), *retention, *pairs]
+        sent_at = time.monotonic()
+        got = None
+        if self.replicas:
+            # --replicas all: ROLE says how many replicas there are; WAIT first for one of them.
+            every = self.replicas == ALL_REPLICAS
+            got = self._eval_then_wait(script, script_keys, args, 1 if every else int(self.replicas), ask_role=every)
+            reply = got.reply
+        else:
+            reply = self._eval(script, script_keys, args)
         if int(reply[0]) == 1:
-            return Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once,
-                         slots=slots)
+            lease = Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once,
+                          slots=slots)
+            return self._confirmed(lease, got) if got is not None else lease
         if int(reply[0]) == 2:
             return Duplicate(name=name, key=once.key)
         if int(reply[0]) == -1:
@@ -599,15 +710,25 @@ class RedisBackend:
             return _wrong_type(keys.lock, kind, "string"), True
         return NO_EXPIRY, False
 
-    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+    def _renew_script(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> tuple[str, list[str], list]:
         keys = lock_keys(self.prefix, lease.name)
-        ttl_ms = max(1, int(lease.ttl * 1000))
-        args = [lease.token, ttl_ms, heartbeat_at, child_pid or ""]
+        args = [lease.token, max(1, int(lease.ttl * 1000)), heartbeat_at, child_pid or ""]
         if lease.slots > 1:
-            reply = int(self._eval(SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args))
-        else:
-            reply = int(self._eval(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args))
-        return {1: RENEWED, 2: PREEMPTED}.get(reply, LOST)
+            return SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args
+        return RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+        script, keys, args = self._renew_script(lease, heartbeat_at, child_pid)
+        if not lease.replicas:
+            return {1: RENEWED, 2: PREEMPTED}.get(int(self._eval(script, keys, args)), LOST)
+        got = self._eval_then_wait(script, keys, args, lease.replicas)
+        found = {1: RENEWED, 2: PREEMPTED}.get(int(got.reply), LOST)
+        if found == RENEWED and got.acks < lease.replicas:
+            # The master reset the TTL, but a replica promoted now might not know it: this
+            # renewal must not push the deadline on. (A lost or preempted lease ends anyway.)
+            too_few = self._too_few("renewal", got.acks, lease.replicas)
+            raise ReplicasMissing(f"{too_few}, --replicas {self.replicas}", got.acks, lease.replicas)
+        return found
 
     def _record_args(self, keys: LockKeys, record: FleetRecord | None) -> tuple[list[str], list]:
         """The fleet-record KEYS and ARGV of a release or clear script (FLEET_LUA's record_end)."""

@@ -23,6 +23,7 @@ class _Pair:
     def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter) -> None:
         self.writers = (client, upstream)
         self.tainted = False  # some bytes were swallowed by a blackhole
+        self.replying = True  # the last bytes went server -> client (so the next client bytes are a new request)
 
     def abort(self) -> None:
         for writer in self.writers:
@@ -42,6 +43,9 @@ class FaultyProxy:
         self._thread = threading.Thread(target=self._serve, name="soak-proxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
         self.connections = 0
+        #: Round trips: bursts of client bytes that open a connection or follow a reply. A
+        #: pipeline (commands sent together, replies read after) is one.
+        self.requests = 0
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -132,17 +136,21 @@ class FaultyProxy:
         pair = _Pair(writer, up_writer)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(self._pump(reader, up_writer, pair), self._pump(up_reader, writer, pair))
+            await asyncio.gather(self._pump(reader, up_writer, pair, True), self._pump(up_reader, writer, pair, False))
         finally:
             self._pairs.discard(pair)
             pair.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: _Pair) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: _Pair,
+                    upstream: bool) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                if upstream and pair.replying:
+                    self.requests += 1
+                pair.replying = not upstream
                 if self._blackhole:
                     pair.tainted = True
                     continue
