@@ -456,6 +456,7 @@ class RedisBackend:
         if self._cluster is not None and self._cluster.password is None and password is not None:
             self._cluster = self._cluster._replace(password=password)
         self._is_cluster = scheme in CLUSTER_SCHEMES
+        self._sentinel = None  # with redis+sentinel://: the Sentinels, who also know the replicas
         try:
             in_url = self._cluster.password if self._cluster else parse_url(url).get("password")
             self._password = in_url or password
@@ -500,6 +501,7 @@ class RedisBackend:
         bounded = dict(socket_timeout=timeout, socket_connect_timeout=self.connect_timeout,
                        retry=Retry(NoBackoff(), 0), protocol=2, **_no_client_setinfo())
         sentinel = Sentinel(self._cluster.nodes, sentinel_kwargs=dict(bounded), **bounded)
+        self._sentinel = sentinel
         master = dict(bounded, username=self._cluster.username, password=self._cluster.password,
                       db=self._cluster.db, ssl=self._cluster.tls)
         if self._cluster.tls and self.ca:
@@ -569,6 +571,23 @@ class RedisBackend:
         except REDIS_ERRORS as exc:
             raise self._unavailable(exc, keys[0] if keys else None) from None
 
+    def _replicas_known(self, key: str) -> int:
+        """How many replicas the deployment manager knows for the master of ``key``, in sync or
+        not: what the Sentinels list (not down), or the Cluster's slot map; 0 for a plain master.
+
+        ROLE lists only the replicas in sync with the master *now*; a replica that the Sentinels
+        are promoting has already left that list while the old master still takes writes, and
+        its other replicas acknowledge them, only to lose them when they follow the new master.
+        """
+        try:
+            if self._sentinel is not None:
+                return len(self._sentinel.discover_slaves(self._cluster.service))
+            if self._is_cluster:
+                return max(0, len(self._client.nodes_manager.slots_cache.get(self._client.keyslot(key), [])) - 1)
+        except REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        return 0
+
     def _master_of(self, key: str):
         """A client of the master that holds ``key``: on a Cluster, the node owning its slot."""
         if not self._is_cluster:
@@ -621,13 +640,14 @@ class RedisBackend:
         within = self._wait_ms() / 1000
         return f"only {acks} of {needed} {_replicas_word(needed)} acknowledged the {what} within {within:g}s"
 
-    def _confirmed(self, lease: Lease, got: Acknowledged) -> Lease:
+    def _confirmed(self, lease: Lease, got: Acknowledged, known: int) -> Lease:
         """The lease, once as many replicas as --replicas asks have it; else ReplicasMissing
-        (and the caller gives the lock back: nothing may run under it)."""
+        (and the caller gives the lock back: nothing may run under it). ``known``: the replicas
+        the Sentinels or the Cluster know (--replicas all)."""
         if self.replicas != ALL_REPLICAS:
             needed = int(self.replicas)
         else:
-            needed = got.in_sync or 0
+            needed = max(known, got.in_sync or 0)
             if needed == 0:
                 raise ReplicasMissing(
                     f"--replicas all, but the master of {lease.name!r} has no replica in sync (ROLE lists none);"
@@ -635,10 +655,11 @@ class RedisBackend:
                 )
         lease = lease._replace(replicas=needed)
         acks = got.acks
-        if acks < needed:
-            # --replicas all waited for one replica, and the others were not there yet: wait
-            # for all of them behind a renewal, on whichever connection (the renewal's write
-            # follows the grant's in the replication stream, so a replica that has one has both).
+        if self.replicas == ALL_REPLICAS and acks < needed and needed > max(1, known):
+            # --replicas all waited for fewer replicas than ROLE then listed, and they had not all
+            # acknowledged by the time WAIT returned: wait for all of them behind a renewal, on
+            # whichever connection (the renewal's write follows the grant's in the replication
+            # stream: a replica that has one has both).
             left = self.timeout - (time.monotonic() - lease.sent_at)
             if left * WAIT_SHARE - WAIT_LATE > 0.005:
                 renewal = self._renew_script(lease, utc_now_iso(), None)
@@ -671,19 +692,22 @@ class RedisBackend:
             script = ACQUIRE_SCRIPT
             script_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done]
             args = [token, ttl_ms, int(last_try), *retention, *pairs]
+        every = self.replicas == ALL_REPLICAS
+        known = self._replicas_known(keys.lock) if every else 0
         sent_at = time.monotonic()
         got = None
         if self.replicas:
-            # --replicas all: ROLE says how many replicas there are; WAIT first for one of them.
-            every = self.replicas == ALL_REPLICAS
-            got = self._eval_then_wait(script, script_keys, args, 1 if every else int(self.replicas), ask_role=every)
+            # --replicas all: ROLE says how many replicas are in sync; WAIT first for as many as
+            # the Sentinels or the Cluster know (at least one), and for the rest if ROLE lists more.
+            got = self._eval_then_wait(script, script_keys, args, max(1, known) if every else int(self.replicas),
+                                       ask_role=every)
             reply = got.reply
         else:
             reply = self._eval(script, script_keys, args)
         if int(reply[0]) == 1:
             lease = Lease(name=name, token=token, fencing_token=int(reply[1]), ttl=ttl, sent_at=sent_at, once=once,
                           slots=slots)
-            return self._confirmed(lease, got) if got is not None else lease
+            return self._confirmed(lease, got, known) if got is not None else lease
         if int(reply[0]) == 2:
             return Duplicate(name=name, key=once.key)
         if int(reply[0]) == -1:
