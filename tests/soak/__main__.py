@@ -3,6 +3,9 @@
 Exits 0 when every invariant held, 1 otherwise; prints the seed either way so a
 failing schedule can be replayed. Keep the working directory with ``--keep`` to
 read the command logs, the ledger and the MONITOR-based evidence afterwards.
+``--failover`` runs the failover soak instead (tests/soak/failover.py): --replicas
+0, 1, 2 and all against a master, two replicas and three Sentinels; it ends with a
+table of the overlaps each --replicas group had, seed by seed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.soak.failover import GROUPS, run_failover_soak
 from tests.soak.harness import INVARIANTS, run_soak
 
 
@@ -24,20 +28,30 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: a random one)")
     parser.add_argument("--runs", type=int, default=1, help="soaks to run, with seeds seed, seed+1, ...")
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of faults per soak (default 300)")
-    parser.add_argument("--contenders", type=int, default=6, help="lockrun loops running at once (default 6)")
+    parser.add_argument("--contenders", type=int, default=None,
+                        help="lockrun loops running at once (default 6; with --failover 9, one name per --replicas)")
     parser.add_argument("--names", type=int, default=3, help="lock names they contend for (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
+    parser.add_argument("--failover", action="store_true",
+                        help="the failover soak: Sentinel, two replicas, --replicas 0 / 1 / 2 / all")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     failed = 0
+    table = []
     for offset in range(args.runs):
         workdir = Path(tempfile.mkdtemp(prefix="lockrun-soak-"))
-        soak, problems = run_soak(seed + offset, args.duration, workdir, contenders=args.contenders,
-                                  names=args.names)
+        if args.failover:
+            soak, problems = run_failover_soak(seed + offset, args.duration, workdir,
+                                               contenders=args.contenders or 9)
+            table.append((seed + offset, len(soak.failovers), soak, bool(problems)))
+        else:
+            soak, problems = run_soak(seed + offset, args.duration, workdir, contenders=args.contenders or 6,
+                                      names=args.names)
         print(soak.summary(), flush=True)
         if problems:
             failed += 1
-            print(f"FAILED seed {seed + offset} (replay: python -m tests.soak --seed {seed + offset} "
+            replay = " --failover" if args.failover else ""
+            print(f"FAILED seed {seed + offset} (replay: python -m tests.soak{replay} --seed {seed + offset} "
                   f"--duration {args.duration:g}); evidence kept in {workdir}", flush=True)
             print("\n".join(problems[:50]))
             print("faults:\n" + soak.fault_log())
@@ -45,6 +59,14 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"evidence kept in {workdir}")
+        for note in getattr(soak, "crossing_notes", []):
+            print(f"  grant over a valid lease: {note}")
+    if table:
+        print("\n| seed | failovers | " + " | ".join(f"overlaps, --replicas {g}" for g in GROUPS) + " | verdict |")
+        print("|---|---|" + "---|" * len(GROUPS) + "---|")
+        for run_seed, failovers, soak, broke in table:
+            print(f"| {run_seed} | {failovers} | " + " | ".join(str(soak.overlaps[g]) for g in GROUPS)
+                  + f" | {'FAILED' if broke else 'passed'} |")
     return 1 if failed else 0
 
 

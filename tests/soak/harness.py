@@ -127,6 +127,11 @@ class Fault:
 
 
 class Soak:
+    #: kind -> weight of the faults this soak injects (first each once, then at random)
+    FAULT_WEIGHTS = FAULTS
+    #: seconds between two faults, drawn uniformly
+    FAULT_GAP = (0.3, 1.2)
+
     def __init__(self, seed: int, duration: float, workdir: Path, contenders: int = 6, names: int = 3,
                  ttls: tuple[int, ...] = (1, 2, 3)) -> None:
         self.seed = seed
@@ -164,26 +169,7 @@ class Soak:
         try:
             self.proxy = FaultyProxy(self.redis.port).start()
             self._attach_monitor()
-            env = self.env()
-            threads = [threading.Thread(target=self._contend, args=(k, env), daemon=True)
-                       for k in range(self.contenders)]
-            injector = threading.Thread(target=self._inject, daemon=True)
-            for thread in [*threads, injector]:
-                thread.start()
-            self._stop.wait(self.duration)
-            self._stop.set()
-            injector.join(60)
-            # Every lockrun must end on its own: the longest wait + work + TTL, and then some.
-            deadline = time.monotonic() + 60
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            with self._lock:
-                self.hung = list(self._live.values())
-            for inv in self.hung:
-                _signal(inv.pid, signal.SIGKILL)
-            for thread in threads:
-                thread.join(10)
-            self.history = history(env, limit=1_000_000)
+            self._contend_and_inject(self.env())
         finally:
             if self.proxy:
                 self.proxy.close()
@@ -192,16 +178,39 @@ class Soak:
                 recorder.stop()
         return self
 
+    def _contend_and_inject(self, env: dict) -> None:
+        """Contenders and the injector until the duration is over; then every lockrun must end."""
+        threads = [threading.Thread(target=self._contend, args=(k, env), daemon=True)
+                   for k in range(self.contenders)]
+        injector = threading.Thread(target=self._inject, daemon=True)
+        for thread in [*threads, injector]:
+            thread.start()
+        self._stop.wait(self.duration)
+        self._stop.set()
+        injector.join(120)  # a fault in progress finishes first (a failover soak's take a while)
+        # Every lockrun must end on its own: the longest wait + work + TTL, and then some.
+        deadline = time.monotonic() + 60
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            self.hung = list(self._live.values())
+        for inv in self.hung:
+            _signal(inv.pid, signal.SIGKILL)
+        for thread in threads:
+            thread.join(10)
+        self.history = history(env, limit=1_000_000)
+
     def _attach_monitor(self) -> None:
         self.epochs.append((len(self.epochs), MonitorRecorder(self.redis.socket, len(self.epochs)), None))
 
     def _contend(self, k: int, env: dict) -> None:
         rng = random.Random(f"{self.seed}/contender/{k}")
+        names = self._names_for(k)
         while not self._stop.is_set():
             ttl = rng.choice(self.ttls)
             wait = rng.uniform(0.5, 6.0) if rng.random() < 0.5 else None
-            inv = Invocation(rng.choice(self.names), ttl, rng.uniform(0.05, 2.5 * ttl), wait)
-            argv = ["-n", inv.name, "--ttl", str(ttl)]
+            inv = Invocation(rng.choice(names), ttl, rng.uniform(0.05, 2.5 * ttl), wait)
+            argv = ["-n", inv.name, "--ttl", str(ttl), *self._extra_args(inv)]
             if wait is not None:
                 argv += ["--wait", f"{wait:.1f}"]
             argv += ["--", PY, str(self.command), str(self.logdir), f"{inv.work:.3f}"]
@@ -218,14 +227,22 @@ class Soak:
                 self._live.pop(proc.pid, None)
             self._stop.wait(rng.uniform(0.0, 0.3))
 
+    def _names_for(self, k: int) -> list[str]:
+        """The names contender ``k`` picks from (a sibling soak's business)."""
+        return self.names
+
+    def _extra_args(self, inv: Invocation) -> list[str]:
+        """More lockrun options for one invocation (a sibling soak's business)."""
+        return []
+
     # -- faults -----------------------------------------------------------------------
 
     def _inject(self) -> None:
         rng = random.Random(f"{self.seed}/faults")
-        first = list(FAULTS)
+        first = list(self.FAULT_WEIGHTS)
         rng.shuffle(first)
-        kinds, weights = list(FAULTS), list(FAULTS.values())
-        while not self._stop.wait(rng.uniform(0.3, 1.2)):
+        kinds, weights = list(self.FAULT_WEIGHTS), list(self.FAULT_WEIGHTS.values())
+        while not self._stop.wait(rng.uniform(*self.FAULT_GAP)):
             in_first_round = bool(first)
             kind = first.pop(0) if first else rng.choices(kinds, weights)[0]
             started = time.time()

@@ -10,7 +10,11 @@ long-lived client connection:
   connections it touched are reset (their byte streams have holes, as after a TCP
   timeout), new ones work again;
 * ``gate(False)``: new connections are refused (used while Redis restarts, so that
-  the harness's MONITOR is attached before any lockrun command reaches the new server).
+  the harness's MONITOR is attached before any lockrun command reaches the new server);
+* ``stall_replication(True)``: on replication connections (a replica's, recognised by its
+  ``REPLCONF``/``PSYNC``), the master's bytes vanish while the replica's acknowledgements still
+  pass; when the stall ends those connections are reset. What a replica never received, a
+  failover during the stall loses.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ class _Pair:
         self.writers = (client, upstream)
         self.tainted = False  # some bytes were swallowed by a blackhole
         self.replying = True  # the last bytes went server -> client (so the next client bytes are a new request)
+        self.replication = False  # a replica's link to its master
+        self.stalled = False  # some of the master's bytes to that replica were swallowed
 
     def abort(self) -> None:
         for writer in self.writers:
@@ -36,6 +42,7 @@ class FaultyProxy:
         self.port = 0
         self._delay = 0.0
         self._blackhole = False
+        self._stall = False
         self._open = True
         self._pairs: set[_Pair] = set()
         self._loop = asyncio.new_event_loop()
@@ -112,6 +119,16 @@ class FaultyProxy:
     def gate(self, open_: bool) -> None:
         self._open = open_
 
+    def stall_replication(self, on: bool) -> None:
+        self._stall = on
+        if not on:
+            self._call(self._drop_stalled)
+
+    def _drop_stalled(self) -> None:
+        for pair in list(self._pairs):
+            if pair.stalled:
+                pair.abort()
+
     def _drop_all(self) -> None:
         for pair in list(self._pairs):
             pair.abort()
@@ -137,6 +154,8 @@ class FaultyProxy:
         self._pairs.add(pair)
         try:
             await asyncio.gather(self._pump(reader, up_writer, pair, True), self._pump(up_reader, writer, pair, False))
+        except asyncio.CancelledError:
+            pass  # close() with connections still open (Python 3.11 logs a cancelled handler as an error)
         finally:
             self._pairs.discard(pair)
             pair.abort()
@@ -151,6 +170,11 @@ class FaultyProxy:
                 if upstream and pair.replying:
                     self.requests += 1
                 pair.replying = not upstream
+                if upstream and (b"REPLCONF" in data or b"PSYNC" in data):
+                    pair.replication = True
+                if not upstream and pair.replication and self._stall:
+                    pair.stalled = True
+                    continue
                 if self._blackhole:
                     pair.tainted = True
                     continue
