@@ -71,6 +71,20 @@ def main(folder: str, command: str) -> None:
     timeline = d / "timeline.json"
     if timeline.exists():
         rows.append(timeline_row(json.loads(timeline.read_text())))
+    if (d / "replicas.json").exists():
+        rep = load(d, "replicas")
+        acq, ren, trips = rep["calls"]["acquire"], rep["calls"]["renew"], rep["round_trips"]
+        rows.append((
+            "`--replicas 1` against a local replica: acquire / renewal round trip, median (p99)",
+            f"acquire {acq['1']['median_us']:.0f} µs ({acq['1']['p99_us']:.0f}) vs {acq['0']['median_us']:.0f} µs "
+            f"({acq['0']['p99_us']:.0f}) without; renewal {ren['1']['median_us']:.0f} µs ({ren['1']['p99_us']:.0f}) vs "
+            f"{ren['0']['median_us']:.0f} µs ({ren['0']['p99_us']:.0f}); a whole run "
+            f"{rep['wall_median_ms']['1'] - rep['wall_median_ms']['0']:+.1f} ms",
+            "measured (no target)", "-"))
+        two = trips["requests"] == 2 and trips["commands"] == ["EVAL", "WAIT", "EVAL"]
+        rows.append(("Redis round trips of an uncontended `--replicas 1` run",
+                     f"{trips['requests']} ({', '.join(trips['commands'])}: WAIT pipelined behind the acquire)",
+                     "2", verdict(two)))
     print("# lockrun benchmark results\n")
     print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). Machine: "
           f"{m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
