@@ -138,7 +138,8 @@ def test_slots_never_let_more_than_n_run_at_once(env, tmp_path):
     assert peak <= 3
     tokens = [token for _, kind, token in events if kind == "start"]
     assert len(set(tokens)) == 20  # every holder its own fencing token
-    assert sorted(tokens) == list(range(min(tokens), min(tokens) + 20))
+    if "LOCKRUN_REDIS_URL" not in env:  # the local counter counts; Redis' tokens follow its clock (µs)
+        assert sorted(tokens) == list(range(min(tokens), min(tokens) + 20))
 
 
 def test_status_lists_every_slot_holder_and_unlock_refuses_to_guess(env, tmp_path):
