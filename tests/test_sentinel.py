@@ -116,8 +116,8 @@ def test_with_replicas_the_promoted_replica_has_the_lease(local_env, sentinels, 
     acknowledges its renewals until the old master rejoins)."""
     env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
     flag = tmp_path / "started"
-    holder = spawn_lockrun(env, "-n", "keep", "--ttl", "4", "--replicas", "1", "--", "sh", "-c",
-                           f"touch {flag}; sleep 6", stderr=subprocess.PIPE)
+    holder = spawn_lockrun(env, "-n", "keep", "--ttl", "8", "--replicas", "1", "--", "sh", "-c",
+                           f"touch {flag}; sleep 8", stderr=subprocess.PIPE)
     wait_until(flag.exists, what="the holder")
     token = _client(sentinels["master"]).get("lockrun:{keep}:lock")
     assert token and _client(sentinels["replica"]).get("lockrun:{keep}:lock") == token  # acknowledged: it is there
