@@ -13,6 +13,7 @@ import click
 
 from lockrun import __version__, settings
 from lockrun.clock import iso_ago
+from lockrun.backends.redis_url import validate_redis_url
 from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
 from lockrun.record import Status
 
@@ -62,7 +63,7 @@ def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
 DURATION = Validated("DURATION", settings.parse_duration)
 MIN_HOLD = Validated("DURATION", settings.parse_min_hold)
 LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value), echo_value=False)
-REDIS_URL = Validated("URL", lambda value, what: settings.validate_redis_url(value), echo_value=False)
+REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
 def _moment(value: str, what: str):

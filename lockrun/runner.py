@@ -18,8 +18,9 @@ import time
 import uuid
 from typing import Callable, NamedTuple
 
-from lockrun import host, settings
+from lockrun import host
 from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey, call_timeout_for
+from lockrun.backends.redis_url import environment_for_command
 from lockrun.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LedgerError, LockrunError
 from lockrun.clock import human_duration, iso_ago, seconds_since, utc_now_iso
 from lockrun.backstop import Backstop
@@ -268,7 +269,7 @@ class Run:
 
     def _run_under_lock(self) -> Outcome:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
-        env = {**settings.environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
+        env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
                "LOCKRUN_RUN_ID": self.run_id}
         supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail)
         supervisor.install_signal_handlers()

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from lockrun import settings
+from lockrun.backends.redis_url import redact_url, validate_redis_url
 from lockrun.errors import ConfigError, UsageError
 
 
@@ -64,19 +65,19 @@ def test_bad_durations(text):
     ],
 )
 def test_redact_url(url, shown):
-    assert settings.redact_url(url) == shown
-    assert "s3cret" not in settings.redact_url(url)
+    assert redact_url(url) == shown
+    assert "s3cret" not in redact_url(url)
 
 
 @pytest.mark.parametrize("url", ["http://host", "host:6379", "redis://host:notaport", "unix://"])
 def test_bad_redis_urls(url):
     with pytest.raises(UsageError, match="invalid Redis URL"):
-        settings.validate_redis_url(url)
+        validate_redis_url(url)
 
 
 def test_bad_url_message_hides_password():
     with pytest.raises(UsageError) as info:
-        settings.validate_redis_url("http://:s3cret@host")
+        validate_redis_url("http://:s3cret@host")
     assert "s3cret" not in str(info.value)
 
 
