@@ -411,11 +411,9 @@ class Run:
             backend.wait_for_release(opts.name, min(left, expiry + 0.005, 1.0))
 
     def _forget(self, backend: Backend, name: str) -> None:
-        # The same kind of lease the acquire asked for: under --slots, the slot, not the plain key.
-        lease = Lease(name=name, token=self.token, fencing_token=0, ttl=self.options.ttl, sent_at=0.0,
-                      slots=self.options.slots)
+        # Under --slots, the slot our token holds, not the plain key.
         try:
-            backend.release(lease)
+            backend.release_token(name, self.token, self.options.slots)
         except BackendUnavailable:
             pass
 

@@ -71,3 +71,19 @@ def test_the_command_does_not_inherit_the_lock(local_env, tmp_path):
 def test_state_dir_is_private(local_env, tmp_path):
     run_lockrun(local_env, "-n", "perm", "--", "true")
     assert os.stat(tmp_path / "state" / "locks").st_mode & 0o077 == 0
+
+
+def test_release_token_lets_the_kernel_lock_go(local_env):
+    """For an acquire whose reply was lost: what the token holds is given back."""
+    from lockrun.backends import Lease
+    from lockrun.backends.local import LocalBackend
+
+    backend = LocalBackend(local_env["LOCKRUN_STATE_DIR"])
+    try:
+        assert isinstance(backend.acquire("given", "tok", 30.0, {"run_id": "r1"}), Lease)
+        assert run_lockrun(local_env, "-n", "given", "--", "true").returncode == 75
+        assert backend.release_token("given", "another token") is False
+        assert backend.release_token("given", "tok") is True
+        assert run_lockrun(local_env, "-n", "given", "--", "true").returncode == 0
+    finally:
+        backend.close()

@@ -160,3 +160,23 @@ def test_a_counter_ahead_of_the_clock_still_increases_by_one(env, redis_server):
     far = 2**52  # ahead of the server's µs clock for the next century; still exact in a Lua double
     redis_server.client().set("lockrun:{ahead}:fence", far)
     assert [_token(env, "-n", "ahead"), _token(env, "-n", "ahead")] == [far + 1, far + 2]
+
+
+def test_release_token_gives_back_what_a_token_holds(redis_server):
+    """For an acquire whose reply was lost: the lock (or the slot) that the token holds goes."""
+    from lockrun.backends import Lease
+    from lockrun.backends.redis import RedisBackend
+
+    client = redis_server.client()
+    backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
+    try:
+        assert isinstance(backend.acquire("gone", "tok", 30.0, {"run_id": "r1"}), Lease)
+        assert backend.release_token("gone", "another token") is False
+        assert client.exists("lockrun:{gone}:lock") == 1
+        assert backend.release_token("gone", "tok") is True
+        assert client.exists("lockrun:{gone}:lock", "lockrun:{gone}:info") == 0
+        assert isinstance(backend.acquire("sem", "tok", 30.0, {"run_id": "r2"}, slots=2), Lease)
+        assert backend.release_token("sem", "tok", slots=2) is True
+        assert client.zcard("lockrun:{sem}:slots") == 0
+    finally:
+        backend.close()

@@ -273,6 +273,11 @@ class Backend(Protocol):
         ``record``, the run's final row, goes to the fleet record in the same step, ours or not.
         """
 
+    def release_token(self, name: str, token: str, slots: int = 1) -> bool:
+        """Give back whatever ``token`` holds of ``name`` (with ``slots`` > 1: its slot) and wake
+        one waiter; for an acquire whose reply never came, which may have taken the lock all
+        the same. Nothing is marked done and nothing goes to the fleet record. False: it held nothing."""
+
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
         """Ask the holder of ``name`` to stop (``--replace``). False: nobody holds it."""
 

@@ -311,21 +311,30 @@ class LocalBackend:
         # ``record`` is for a shared backend: here the ledger is this host's whole memory.
         if succeeded and lease.once is not None:
             self._mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
-        fd = self._held.get(lease.token)
+        return self._let_go(lease.name, lease.token, hold_s, hold_until)
+
+    def release_token(self, name: str, token: str, slots: int = 1) -> bool:
+        # The slot, if any, is known by the token: ``slots`` is for a backend that must name it.
+        return self._let_go(name, token)
+
+    def _let_go(self, name: str, token: str, hold_s: float = 0.0, hold_until: str = "") -> bool:
+        """Close the descriptor that holds the kernel lock of ``token`` (after a --min-hold
+        deadline is written, with ``hold_s``). False: the lock file is no longer ours."""
+        fd = self._held.get(token)
         if fd is None:
             return False
-        slot = self._slot_of.pop(lease.token, None)
-        ours = _same_file(fd, self._lock_path(lease.name, slot))
+        slot = self._slot_of.pop(token, None)
+        ours = _same_file(fd, self._lock_path(name, slot))
         if ours and hold_s > 0:
             # A kernel lock cannot outlive us: --min-hold is a deadline in the description,
             # which every acquire honours, written while we still hold the lock.
-            described = self._read_info(lease.name)
+            described = self._read_info(name)
             described.update(cooling_until=hold_until, cooling_until_epoch=time.time() + hold_s, child_pid="")
             try:
-                _write_atomically(self._info_path(lease.name), json.dumps(described).encode(), durable=True)
+                _write_atomically(self._info_path(name), json.dumps(described).encode(), durable=True)
             except OSError as exc:
                 raise BackendUnavailable(f"cannot record --min-hold in {self.locks_dir}: {exc.strerror}") from None
-        del self._held[lease.token]
+        del self._held[token]
         os.close(fd)  # closing drops the POSIX lock
         return ours
 

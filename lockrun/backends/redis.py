@@ -771,35 +771,36 @@ class RedisBackend:
         self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
         record: FleetRecord | None = None,
     ) -> bool:
-        keys = lock_keys(self.prefix, lease.name)
-        done = succeeded and lease.once is not None
-        done_key = [keys.done(lease.once.key)] if done else []
-        done_args = [max(1, int(lease.once.remember_s * 1000)), utc_now_iso()] if done else [0, ""]
-        fleet_keys, fleet_args = self._record_args(keys, record)
-        if lease.slots > 1:
-            script_keys = [keys.slots, keys.slot_count, keys.slot_info(lease.token), keys.wake, *fleet_keys, *done_key]
-            return int(self._eval(SLOTS_RELEASE_SCRIPT, script_keys,
-                                  [lease.token, WAKE_TTL_MS, *done_args, *fleet_args])) == 1
-        script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, *done_key]
-        args = [lease.token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
-        return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
+        done = lease.once if succeeded else None
+        return self._release(lease.name, lease.token, lease.slots > 1, done=done, hold_s=hold_s, hold_until=hold_until,
+                             record=record)
+
+    def release_token(self, name: str, token: str, slots: int = 1) -> bool:
+        return self._release(name, token, slots > 1)
 
     def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
         """Delete the lock (or the slot) only if it still holds ``token``, and wake one waiter.
 
         ``record`` (the unlock's own row) goes to the fleet record only when something was cleared.
         """
+        return self._release(name, token, self._is_slotted(lock_keys(self.prefix, name)), record=record)
+
+    def _release(
+        self, name: str, token: str, slotted: bool, done: OnceKey | None = None, hold_s: float = 0.0,
+        hold_until: str = "", record: FleetRecord | None = None,
+    ) -> bool:
+        """The release script: compare-and-delete, wake one waiter, mark ``done``, add ``record``."""
         keys = lock_keys(self.prefix, name)
+        done_key = [keys.done(done.key)] if done else []
+        done_args = [max(1, int(done.remember_s * 1000)), utc_now_iso()] if done else [0, ""]
         fleet_keys, fleet_args = self._record_args(keys, record)
-        if self._is_slotted(keys):
-            reply = self._eval(
-                SLOTS_RELEASE_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys],
-                [token, WAKE_TTL_MS, 0, "", *fleet_args],
-            )
-        else:
-            reply = self._eval(RELEASE_SCRIPT, [keys.lock, keys.info, keys.wake, *fleet_keys],
-                               [token, WAKE_TTL_MS, 0, "", 0, "", *fleet_args])
-        return int(reply) == 1
+        if slotted:
+            script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys, *done_key]
+            args = [token, WAKE_TTL_MS, *done_args, *fleet_args]
+            return int(self._eval(SLOTS_RELEASE_SCRIPT, script_keys, args)) == 1
+        script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, *done_key]
+        args = [token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
+        return int(self._eval(RELEASE_SCRIPT, script_keys, args)) == 1
 
     def clear_foreign(self, name: str) -> bool:
         """Delete the keys of ``name`` that are of a type lockrun never writes there; wake one waiter."""
