@@ -28,7 +28,7 @@ import click, redis, sqlite3
 t1 = time.perf_counter()
 import lockrun.cli, lockrun.runner, lockrun.backends.redis, lockrun.supervisor, lockrun.ledger, lockrun.keeper
 t2 = time.perf_counter()
-from lockrun import runner as R, supervisor as S, backends
+from lockrun import runner as R, supervisor as S, watchdog as W, backends
 from lockrun.backends import redis as BR
 spent = {}
 def timed(owner, name, label):
@@ -45,7 +45,7 @@ timed(R.Run, "_finish_ledger", "ledger: final status")
 timed(BR.RedisBackend, "__init__", "redis: client set-up")
 timed(BR.RedisBackend, "acquire", "redis: connect + acquire round trip")
 timed(BR.RedisBackend, "release", "redis: release round trip")
-timed(S.Supervisor, "_start_watchdog", "watchdog shell")
+timed(W.Watchdog, "start", "watchdog shell")
 timed(S, "_load_prctl", "libc prctl (ctypes)")
 timed(S.Supervisor, "spawn", "command: fork, PDEATHSIG, exec")
 timed(S.Supervisor, "finish", "command: wait, reap")

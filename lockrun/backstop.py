@@ -7,7 +7,7 @@ just before the command starts, a POSIX timer (``timer_create``) is armed with
 SIGKILL for lockrun's own process at the lease's end, half the safety margin before
 it, and pushed forward by every successful renewal. SIGKILL is the one signal a
 stopped process still dies of; when lockrun dies, ``PR_SET_PDEATHSIG`` kills the
-command and the watchdog its whole process group (see supervisor.py). The run is
+command and the watchdog its whole process group (see watchdog.py). The run is
 then ``abandoned`` in the ledger and lockrun's exit status is 137.
 
 The timer counts on CLOCK_BOOTTIME, so a host that was suspended fires it at once

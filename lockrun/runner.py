@@ -272,7 +272,7 @@ class Run:
         env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
                "LOCKRUN_RUN_ID": self.run_id}
         supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail)
-        supervisor.install_signal_handlers()
+        supervisor.signals.install()
         backend = None
         try:
             try:
@@ -391,7 +391,7 @@ class Run:
                 holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else opts.ttl
                 give_up_at = time.monotonic() + holder_ttl + opts.kill_after
                 deadline_known = True
-            if not isinstance(result, Holder) or supervisor.received or last_try:
+            if not isinstance(result, Holder) or supervisor.signals.received or last_try:
                 return result
             left = give_up_at - time.monotonic()
             if left <= 0:
@@ -421,8 +421,8 @@ class Run:
         opts = self.options
         got = self._acquire(backend, supervisor)
         self.waited_s = round(time.monotonic() - self.acquire_started_mono, 6)
-        if supervisor.received:
-            signum = supervisor.received[0]
+        if supervisor.signals.received:
+            signum = supervisor.signals.received[0]
             error = f"interrupted by signal {signum} before the command started"
             outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
             if isinstance(got, Lease):
@@ -506,7 +506,7 @@ class Run:
                 lease,
                 stop_grace=opts.kill_after,
                 call_timeout=self.call_timeout,
-                wake=supervisor.wake,
+                wake=supervisor.signals.wake,
                 child_pid=lambda: child_pid,
                 on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
             )
@@ -548,10 +548,10 @@ class Run:
         lease_lost = False
         while not supervisor.child_exit_pending():
             now = time.monotonic()
-            if supervisor.received and self._escalated_after is None:
+            if supervisor.signals.received and self._escalated_after is None:
                 # A forwarded SIGTERM, SIGINT or SIGHUP asks the command to stop: one that ignores
                 # it is killed after --kill-after, so that nothing waits on it forever.
-                self._escalated_after = supervisor.received[0]
+                self._escalated_after = supervisor.signals.received[0]
                 supervisor.kill_later(now + opts.kill_after)
                 self.report("info", f"forwarded signal {self._escalated_after} to the command; SIGKILL in "
                                     f"{opts.kill_after:g}s if it is still running")
@@ -582,7 +582,7 @@ class Run:
                 wake_at.append(timeout_at)
             if not lease_lost:
                 wake_at.append(keeper.must_stop_at)
-            supervisor.wait(min((t for t in wake_at if t is not None), default=None))
+            supervisor.signals.wait(min((t for t in wake_at if t is not None), default=None))
         return stop_reason, lost_note
 
     @staticmethod

@@ -4,39 +4,41 @@
   (a ``sh -c`` wrapper and what it started), not only the direct child.
 - ``PR_SET_PDEATHSIG(SIGKILL)`` kills the direct child the moment lockrun dies,
   even by SIGKILL. The death signal follows the *thread* that forked, so the
-  command is spawned from the main thread, before the keeper thread exists.
-- A watchdog (a tiny shell started just before the command) holds the read end
-  of a pipe from lockrun and SIGKILLs the command's whole group when it sees
-  EOF without having been disarmed: that covers grandchildren too.
-- SIGTERM, SIGINT and SIGHUP sent to lockrun are forwarded to the group.
-- Every wake-up (a signal, the child's exit, the keeper) arrives through one
-  self-pipe, so the main loop sleeps in ``select`` and costs no CPU while idle.
+  command is spawned from the main thread, before the keeper thread exists (and a
+  fork with other threads running is unsafe besides).
+- The launcher is forked ahead of time (:meth:`Supervisor.prepare`, while a waiter
+  waits): a hand-over then costs the acquire round trip and an exec, not a fork.
+- A watchdog (watchdog.py) kills the command's whole group if lockrun dies: that
+  covers grandchildren too.
+- The signal relay (signals.py) forwards SIGTERM, SIGINT and SIGHUP sent to lockrun
+  to the group, and wakes the main loop through one self-pipe.
+- With ``--capture-tail`` the output goes through pipes and a pump (capture.py).
+- Stopping: SIGTERM, then SIGKILL at a deadline that can only come closer; when the
+  command exits, whatever it left in its group is killed before the lock is released.
 """
 
 from __future__ import annotations
 
-import collections
-import errno
-import fcntl
 import json
 import os
-import select
 import shutil
 import signal
-import stat
-import subprocess
 import sys
-import threading
 import time
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
 from lockrun.errors import CommandNotRunnable, ExitCode
+from lockrun.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
+from lockrun.watchdog import Watchdog
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+if TYPE_CHECKING:
+    from lockrun.capture import OutputTail, Pump
+
 PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl():
+def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -77,21 +79,9 @@ class ChildExit(NamedTuple):
     @property
     def shell_code(self) -> int:
         """The code a shell would report: the exit code, or 128+N for signal N."""
-        return self.returncode if self.signal is None else ExitCode.SIGNAL_BASE + self.signal
-
-
-# The watchdog: a tiny shell process holding the read end of a pipe from lockrun.
-# "PGID\n" arms it; "disarm\n" (a normal end) lets it go; EOF without "disarm"
-# means lockrun died, and it SIGKILLs the command's whole group. It ignores the
-# signals that may hit lockrun's own group: only the pipe ends it. A shell
-# spawned with vfork costs a fraction of forking the Python process, and ~1 MiB
-# of memory instead of a copy of lockrun's.
-WATCHDOG_SCRIPT = (
-    'trap "" INT TERM HUP TSTP TTIN TTOU; '
-    'read pgid && read word; '
-    '[ -n "$pgid" ] && [ "$word" != disarm ] && kill -s KILL -- "-$pgid" 2>/dev/null; '
-    "exit 0"
-)
+        if self.signal is not None:
+            return ExitCode.SIGNAL_BASE + self.signal
+        return self.returncode or 0
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -117,9 +107,9 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 def _launcher(
-    argv: list[str], program: str | None, base_env: dict, ctl_r: int, err_w: int, prctl, parent: int,
-    tty_fd: int | None, output_fds: tuple[int, int] | None,
-) -> None:
+    argv: list[str], program: str | None, base_env: dict[str, str], ctl_r: int, err_w: int,
+    prctl: Callable[..., int] | None, parent: int, tty_fd: int | None, output_fds: tuple[int | None, int | None] | None,
+) -> NoReturn:
     """The command's process between fork and exec. Never returns.
 
     Only fd 0-2, the control pipe and the error pipe stay open (with
@@ -160,135 +150,19 @@ def _launcher(
     os._exit(ExitCode.NOT_FOUND)
 
 
-PUMP_DRAIN_S = 2.0
-
-
-class OutputTail:
-    """The last ``size`` bytes of the command's combined output, in arrival order."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._length = 0
-        self._lock = threading.Lock()
-
-    def feed(self, data: bytes) -> None:
-        with self._lock:
-            self._chunks.append(data)
-            self._length += len(data)
-            while self._length - len(self._chunks[0]) >= self.size:
-                self._length -= len(self._chunks.popleft())
-
-    def text(self) -> str:
-        with self._lock:
-            data = b"".join(self._chunks)[-self.size :]
-        return data.decode("utf-8", "replace")
-
-
-# With two pipes, read at most this much from one before looking at the other: a burst on one
-# stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
-PUMP_READ_SIZE = 1024
-PUMP_READ_SIZE_ONE_PIPE = 65536
-
-
-def inherited(fd: int) -> bool:
-    """True when ``fd`` is a descriptor lockrun was started with. Everything lockrun opens
-    itself is close-on-exec, so a stdout that was closed at start and then reused by one of
-    lockrun's own files is not mistaken for an output to pass the command's writes to."""
-    try:
-        return not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
-    except OSError:
-        return False
-
-
-def same_destination(fd_a: int, fd_b: int) -> bool:
-    """True when writes to the two descriptors land in one stream: the same pipe, socket or
-    terminal (cron gives a job one pipe for both), or the same file at the same offset
-    (``>> log 2>&1``). The command then gets one pipe for both, and its output keeps its exact order."""
-    try:
-        a, b = os.fstat(fd_a), os.fstat(fd_b)
-    except OSError:
-        return False
-    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
-        return False
-    if stat.S_ISFIFO(a.st_mode) or stat.S_ISSOCK(a.st_mode) or stat.S_ISCHR(a.st_mode):
-        return True
-    if not stat.S_ISREG(a.st_mode):
-        return False
-    try:
-        return os.lseek(fd_a, 0, os.SEEK_CUR) == os.lseek(fd_b, 0, os.SEEK_CUR)
-    except OSError:
-        return False
-
-
-def _write_through(fd: int, data: bytes) -> None:
-    """Write everything, waiting (not spinning) when ``fd`` is non-blocking and full; raises
-    OSError when the destination is gone."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            select.select([], [fd], [], 1.0)
-
-
-class _Pump:
-    """Copies the command's output pipes to lockrun's own descriptors, keeping a tail.
-
-    One thread polls every pipe and reads a little from each that is ready in turn, so the
-    tail and two destinations that end up in one place (a terminal, a log) see the writes in the
-    order they reached lockrun; within one pipe the order is always exact. When a destination is
-    gone (``| head -1`` exited), its pipe is closed, so the command's next write to it fails with
-    EPIPE/SIGPIPE exactly as it would without ``--capture-tail``.
-    """
-
-    def __init__(self, routes: list[tuple[int, int]], tail: OutputTail) -> None:
-        self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
-        self.tail = tail
-        self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        poller = select.poll()
-        for source in self.routes:
-            poller.register(source, select.POLLIN)
-        open_sources = dict(self.routes)
-        read_size = PUMP_READ_SIZE_ONE_PIPE if len(open_sources) == 1 else PUMP_READ_SIZE
-        try:
-            while open_sources:
-                for source, _events in poller.poll():
-                    target = open_sources.get(source)
-                    if target is None:
-                        continue
-                    try:
-                        chunk = os.read(source, read_size)
-                    except OSError:
-                        chunk = b""
-                    if chunk:
-                        self.tail.feed(chunk)
-                        try:
-                            _write_through(target, chunk)
-                            continue
-                        except OSError:
-                            pass  # our own output is gone: let the command find out
-                    poller.unregister(source)
-                    del open_sources[source]
-                    os.close(source)
-        finally:
-            for source in open_sources:
-                os.close(source)
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-
 class Supervisor:
     def __init__(self, argv: list[str], env: dict[str, str], capture_tail: int | None = None) -> None:
         self.argv = argv
         self.env = env
-        self.tail = OutputTail(capture_tail) if capture_tail else None
+        self.signals = SignalRelay()
+        self.watchdog = Watchdog()
+        self.tail: OutputTail | None = None
+        if capture_tail:
+            from lockrun.capture import OutputTail  # only runs with --capture-tail pay for it
+
+            self.tail = OutputTail(capture_tail)
         self._output_routes: list[tuple[int, int]] | None = None  # (pipe read end, lockrun's fd)
-        self._pump: _Pump | None = None
+        self._pump: Pump | None = None
         self.pid: int | None = None  # the command's process (forked by prepare, exec'd by spawn)
         self.pgid: int | None = None
         self.launched = False
@@ -296,74 +170,13 @@ class Supervisor:
         self._err_r: int | None = None
         self._tty_candidate: int | None = None
         self._program: str | None = None
-        self.received: list[int] = []  # signals sent to lockrun, in order
         self.kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
         self.terminated = False
         self.killed = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._old_handlers: dict[int, object] = {}
-        self._old_wakeup_fd: int | None = None
-        self._watchdog: subprocess.Popen | None = None
-        self._prctl = None  # libc's prctl once loaded; False where there is none
+        self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
         self._tty_fd: int | None = None
 
-    # -- signals ----------------------------------------------------------------------
-
-    def install_signal_handlers(self) -> None:
-        """Catch the forwarded signals from now on (also while waiting for the lock)."""
-        self._old_wakeup_fd = signal.set_wakeup_fd(self._wake_w)
-        for sig in FORWARDED_SIGNALS:
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-        self._old_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_sigchld)
-        # Ignore SIGTTOU so we can hand the terminal to the command and take it back.
-        self._old_handlers[signal.SIGTTOU] = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-
-    def restore_signal_handlers(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
-        if self._old_wakeup_fd is not None:
-            signal.set_wakeup_fd(self._old_wakeup_fd)
-            self._old_wakeup_fd = None
-
-    def _on_signal(self, signum: int, _frame) -> None:
-        self.received.append(signum)
-        if self.pgid is not None:
-            self._killpg(signum)
-
-    def _on_sigchld(self, _signum: int, _frame) -> None:
-        pass  # the wakeup fd has already woken the loop
-
-    def wake(self) -> None:
-        """Wake the main loop (thread-safe; called by the keeper)."""
-        try:
-            os.write(self._wake_w, b"k")
-        except BlockingIOError:
-            pass  # the pipe is full: the loop is already awake
-
-    def wait(self, until: float | None) -> None:
-        """Sleep until something happens or the monotonic time ``until`` (None: 1 s)."""
-        timeout = 1.0 if until is None else max(0.0, until - time.monotonic())
-        ready, _, _ = select.select([self._wake_r], [], [], timeout)
-        if ready:
-            try:
-                while os.read(self._wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-
     # -- spawning ---------------------------------------------------------------------
-
-    def _start_watchdog(self) -> None:
-        try:
-            self._watchdog = subprocess.Popen(
-                ["/bin/sh", "-c", WATCHDOG_SCRIPT],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-        except OSError:  # no /bin/sh: PR_SET_PDEATHSIG still covers the direct child
-            self._watchdog = None
 
     def _foreground_tty(self) -> int | None:
         """stdin's terminal if lockrun runs in its foreground group, else None."""
@@ -388,8 +201,7 @@ class Supervisor:
             return
         if self._prctl is None:
             self._prctl = _load_prctl() or False
-        if self._watchdog is None:
-            self._start_watchdog()
+        self.watchdog.start()
         prctl = self._prctl or None
         parent = os.getpid()
         tty_fd = self._foreground_tty()
@@ -398,43 +210,32 @@ class Supervisor:
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
         output_fds = None
-        routes: list[tuple[int, int]] = []
         if self.tail is not None:
-            # A stream lockrun was started without stays closed for the command, as without
-            # --capture-tail; two that are one destination share one pipe, which keeps their order.
-            if inherited(1) and inherited(2) and same_destination(1, 2):
-                read_end, write_end = os.pipe()
-                routes.append((read_end, 1))
-                output_fds = (write_end, write_end)
-            else:
-                ends: list[int | None] = [None, None]
-                for index, target in enumerate((1, 2)):
-                    if inherited(target):
-                        read_end, ends[index] = os.pipe()
-                        routes.append((read_end, target))
-                output_fds = (ends[0], ends[1])
+            from lockrun.capture import output_pipes
+
+            self._output_routes, output_fds = output_pipes()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
             _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
         os.close(ctl_r)
         os.close(err_w)
-        if output_fds is not None:
-            for fd in set(output_fds) - {None}:
-                os.close(fd)
-            self._output_routes = routes
+        for fd in {fd for fd in output_fds or () if fd is not None}:
+            os.close(fd)
         try:
             os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
         except OSError:
             pass
         self.pid = self.pgid = pid
+        self.signals.forward_to(pid)
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
-        self._write_watchdog(f"{pid}\n".encode())
+        self.watchdog.arm(pid)
 
     def spawn(self, extra_env: dict[str, str] | None = None) -> int:
         """Exec the command in the prepared process, its environment being ``env`` plus
         ``extra_env`` (what is only known once the lock is held); raise CommandNotRunnable
         if it cannot be executed."""
         self.prepare()
+        assert self.pid is not None and self.pgid is not None and self._ctl_w is not None and self._err_r is not None
         message = json.dumps(extra_env or {}).encode()
         try:
             _write_all(self._ctl_w, message)
@@ -453,16 +254,18 @@ class Supervisor:
         self._err_r = None
         if report:
             self._reap_unlaunched()
-            self._disarm_watchdog()
+            self.watchdog.disarm()
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
-        if self._output_routes is not None:
-            self._pump = _Pump(self._output_routes, self.tail)
+        if self._output_routes is not None and self.tail is not None:
+            from lockrun.capture import Pump
+
+            self._pump = Pump(self._output_routes, self.tail)
             self._output_routes = None  # the pump owns (and closes) the read ends now
         # A signal that arrived before the command existed is forwarded now.
-        for signum in self.received:
-            self._killpg(signum)
+        for signum in self.signals.received:
+            signal_group(self.pgid, signum)
         return self.pid
 
     def _reap_unlaunched(self) -> None:
@@ -478,35 +281,13 @@ class Supervisor:
         except ChildProcessError:
             pass
         self.pid = self.pgid = None
-
-    def _write_watchdog(self, data: bytes) -> None:
-        if self._watchdog is None or self._watchdog.stdin is None:
-            return
-        try:
-            self._watchdog.stdin.write(data)
-            self._watchdog.stdin.flush()
-        except OSError:
-            pass  # a dead watchdog only costs the grandchildren's protection
-
-    def _disarm_watchdog(self) -> None:
-        if self._watchdog is None:
-            return
-        self._write_watchdog(b"disarm\n")
-        try:
-            self._watchdog.stdin.close()
-        except OSError:
-            pass
-        self._watchdog.wait()
-        self._watchdog = None
+        self.signals.forward_to(None)
 
     # -- stopping -----------------------------------------------------------------------
 
-    def _killpg(self, signum: int) -> None:
-        try:
-            os.killpg(self.pgid, signum)
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                raise
+    def _signal_group(self, signum: int) -> None:
+        if self.pgid is not None:
+            signal_group(self.pgid, signum)
 
     def terminate(self, kill_at: float) -> None:
         """SIGTERM the group now and SIGKILL it at ``kill_at`` (monotonic) if still there.
@@ -515,7 +296,7 @@ class Supervisor:
         """
         if not self.terminated:
             self.terminated = True
-            self._killpg(signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
         if self.killed:
             return
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
@@ -529,12 +310,14 @@ class Supervisor:
 
     def kill_if_due(self) -> None:
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
-            self._killpg(signal.SIGKILL)
+            self._signal_group(signal.SIGKILL)
             self.killed = True
             self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
 
     def child_exit_pending(self) -> bool:
         """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
+        if self.pid is None:
+            return True
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -543,27 +326,23 @@ class Supervisor:
 
     def finish(self) -> ChildExit:
         """Stop what is left of the group, reap the child, give the terminal back."""
+        assert self.pid is not None
         # The leader is still a zombie here, so the group id cannot have been reused:
         # anything left in the group would run on after the lock is released.
-        self._killpg(signal.SIGKILL)
+        self._signal_group(signal.SIGKILL)
         _, status = os.waitpid(self.pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        if self._pump is not None:  # the whole group is gone: the pipes are at EOF, unless a
-            self._pump.join(PUMP_DRAIN_S)  # process that left the group still holds them
+        if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
+            self._pump.drain()
         if self._tty_fd is not None:
             try:
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())
             except OSError:
                 pass
-        self._disarm_watchdog()
+        self.watchdog.disarm()
         return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
 
     def close(self) -> None:
         self._reap_unlaunched()
-        self._disarm_watchdog()
-        self.restore_signal_handlers()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.watchdog.disarm()
+        self.signals.close()

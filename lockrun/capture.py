@@ -1,0 +1,161 @@
+"""The command's output under ``--capture-tail``: passed through as it comes, its end kept.
+
+Without ``--capture-tail`` the command inherits lockrun's stdout and stderr and none of
+this runs. With it, the command writes into pipes; one thread copies them to lockrun's
+own descriptors and keeps the last bytes for the ledger, webhooks and pings. What the
+command would have seen without lockrun is kept: a stream lockrun was started without
+stays closed, two that are one destination stay one pipe (their order is exact), and a
+destination that is gone makes the command's next write fail with EPIPE.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import os
+import select
+import stat
+import threading
+
+# How long the pump may go on after the command's group is gone: the pipes are at EOF then,
+# unless a process that left the group still holds them.
+PUMP_DRAIN_S = 2.0
+
+
+class OutputTail:
+    """The last ``size`` bytes of the command's combined output, in arrival order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._length = 0
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            self._chunks.append(data)
+            self._length += len(data)
+            while self._length - len(self._chunks[0]) >= self.size:
+                self._length -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        with self._lock:
+            data = b"".join(self._chunks)[-self.size :]
+        return data.decode("utf-8", "replace")
+
+
+# With two pipes, read at most this much from one before looking at the other: a burst on one
+# stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
+PUMP_READ_SIZE = 1024
+PUMP_READ_SIZE_ONE_PIPE = 65536
+
+
+def inherited(fd: int) -> bool:
+    """True when ``fd`` is a descriptor lockrun was started with. Everything lockrun opens
+    itself is close-on-exec, so a stdout that was closed at start and then reused by one of
+    lockrun's own files is not mistaken for an output to pass the command's writes to."""
+    try:
+        return not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    except OSError:
+        return False
+
+
+def same_destination(fd_a: int, fd_b: int) -> bool:
+    """True when writes to the two descriptors land in one stream: the same pipe, socket or
+    terminal (cron gives a job one pipe for both), or the same file at the same offset
+    (``>> log 2>&1``). The command then gets one pipe for both, and its output keeps its exact order."""
+    try:
+        a, b = os.fstat(fd_a), os.fstat(fd_b)
+    except OSError:
+        return False
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        return False
+    if stat.S_ISFIFO(a.st_mode) or stat.S_ISSOCK(a.st_mode) or stat.S_ISCHR(a.st_mode):
+        return True
+    if not stat.S_ISREG(a.st_mode):
+        return False
+    try:
+        return os.lseek(fd_a, 0, os.SEEK_CUR) == os.lseek(fd_b, 0, os.SEEK_CUR)
+    except OSError:
+        return False
+
+
+def output_pipes() -> tuple[list[tuple[int, int]], tuple[int | None, int | None]]:
+    """Pipes for the command's stdout and stderr: the routes (read end, lockrun's descriptor)
+    for the :class:`Pump`, and the write ends the command gets as fd 1 and 2 (None: closed)."""
+    routes: list[tuple[int, int]] = []
+    # A stream lockrun was started without stays closed for the command, as without
+    # --capture-tail; two that are one destination share one pipe, which keeps their order.
+    if inherited(1) and inherited(2) and same_destination(1, 2):
+        read_end, write_end = os.pipe()
+        routes.append((read_end, 1))
+        return routes, (write_end, write_end)
+    ends: list[int | None] = [None, None]
+    for index, target in enumerate((1, 2)):
+        if inherited(target):
+            read_end, ends[index] = os.pipe()
+            routes.append((read_end, target))
+    return routes, (ends[0], ends[1])
+
+
+def _write_through(fd: int, data: bytes) -> None:
+    """Write everything, waiting (not spinning) when ``fd`` is non-blocking and full; raises
+    OSError when the destination is gone."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
+class Pump:
+    """Copies the command's output pipes to lockrun's own descriptors, keeping a tail.
+
+    One thread polls every pipe and reads a little from each that is ready in turn, so the
+    tail and two destinations that end up in one place (a terminal, a log) see the writes in the
+    order they reached lockrun; within one pipe the order is always exact. When a destination is
+    gone (``| head -1`` exited), its pipe is closed, so the command's next write to it fails with
+    EPIPE/SIGPIPE exactly as it would without ``--capture-tail``.
+    """
+
+    def __init__(self, routes: list[tuple[int, int]], tail: OutputTail) -> None:
+        self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
+        self.tail = tail
+        self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        for source in self.routes:
+            poller.register(source, select.POLLIN)
+        open_sources = dict(self.routes)
+        read_size = PUMP_READ_SIZE_ONE_PIPE if len(open_sources) == 1 else PUMP_READ_SIZE
+        try:
+            while open_sources:
+                for source, _events in poller.poll():
+                    target = open_sources.get(source)
+                    if target is None:
+                        continue
+                    try:
+                        chunk = os.read(source, read_size)
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        self.tail.feed(chunk)
+                        try:
+                            _write_through(target, chunk)
+                            continue
+                        except OSError:
+                            pass  # our own output is gone: let the command find out
+                    poller.unregister(source)
+                    del open_sources[source]
+                    os.close(source)
+        finally:
+            for source in open_sources:
+                os.close(source)
+
+    def drain(self) -> None:
+        """Wait for what the command wrote last (at most PUMP_DRAIN_S)."""
+        self._thread.join(PUMP_DRAIN_S)
+
