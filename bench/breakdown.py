@@ -28,7 +28,7 @@ import click, redis, sqlite3
 t1 = time.perf_counter()
 import lockrun.cli, lockrun.runner, lockrun.backends.redis, lockrun.supervisor, lockrun.ledger, lockrun.keeper
 t2 = time.perf_counter()
-from lockrun import runner as R, supervisor as S, watchdog as W, backends
+from lockrun import journal as J, supervisor as S, watchdog as W, backends
 from lockrun.backends import redis as BR
 spent = {}
 def timed(owner, name, label):
@@ -40,8 +40,8 @@ def timed(owner, name, label):
         finally:
             spent[label] = spent.get(label, 0.0) + time.perf_counter() - started
     setattr(owner, name, wrapper)
-timed(R.Run, "_open_ledger", "ledger: open + row 'running'")
-timed(R.Run, "_finish_ledger", "ledger: final status")
+timed(J.RunJournal, "open", "ledger: open + row 'running'")
+timed(J.RunJournal, "finish", "ledger: final status")
 timed(BR.RedisBackend, "__init__", "redis: client set-up")
 timed(BR.RedisBackend, "acquire", "redis: connect + acquire round trip")
 timed(BR.RedisBackend, "release", "redis: release round trip")

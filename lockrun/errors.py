@@ -6,6 +6,7 @@ raises and lets the caller decide.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 
 
@@ -43,6 +44,11 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("126 / 127", "the command is not executable / not found", "no"),
     ("0", "--once key already done: skipped as a duplicate", "no"),
 ]
+
+
+#: report(level, message), level "info" (shown only with -v), "warn" or "error": how a run says
+#: a line while it goes on; cli.py decides which lines are printed.
+Report = Callable[[str, str], None]
 
 
 class LockrunError(Exception):

@@ -3,7 +3,7 @@
 All times are on the monotonic clock. The deadline is measured from the moment
 the last *successful* renewal was *sent* (the server reset the TTL no earlier
 than that), plus the TTL. The keeper never decides alone that the command may
-keep running: the supervisor loop asks :meth:`Keeper.must_stop_at` and stops the
+keep running: the main loop (watch.py) asks :meth:`Keeper.must_stop_at` and stops the
 command itself when that moment passes, so a keeper thread that hangs or dies
 still ends in a lost lease, never in a command that outlives it.
 """
@@ -62,7 +62,7 @@ class Keeper:
         self._thread = threading.Thread(target=self._run, name="lockrun-keeper", daemon=True)
         self.preempted = False  # the lease was given up for a --replace, not lost
 
-    # -- what the supervisor loop reads -----------------------------------------------
+    # -- what the main loop (watch.py) reads -----------------------------------------
 
     @property
     def expires_at(self) -> float:

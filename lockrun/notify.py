@@ -4,21 +4,26 @@ Every delivery is bounded (two attempts of at most ATTEMPT_TIMEOUT seconds each)
 never changes lockrun's exit code, and a failure comes back as one line for a
 warning and the ledger's note. Endpoints are shown as ``scheme://host/…``: a
 webhook's query string and a ping URL's path are its credentials.
+
+:class:`Delivery` is what one run asked for; the runner makes one only when a run asks,
+and urllib is imported only when something is sent.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from lockrun import __version__
+from lockrun.outcome import busy_message
 from lockrun.record import Status
 from lockrun.settings import redact_endpoint
+
+if TYPE_CHECKING:
+    from lockrun.backends import Holder
 
 ATTEMPT_TIMEOUT = 2.0
 ATTEMPTS = 2
@@ -37,6 +42,8 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url, None
+    import base64
+
     userinfo, _, hostport = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
     token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
@@ -45,6 +52,9 @@ def split_credentials(url: str) -> tuple[str, str | None]:
 
 def post(url: str, body: bytes, content_type: str) -> str | None:
     """POST with one retry inside TOTAL_BUDGET seconds. None on success, else why it failed."""
+    import urllib.error  # here, not above: a run that sends nothing never pays for them
+    import urllib.request
+
     deadline = time.monotonic() + TOTAL_BUDGET
     reason = "not attempted"
     target, authorization = split_credentials(url)
@@ -81,7 +91,7 @@ def post(url: str, body: bytes, content_type: str) -> str | None:
 # -- webhooks -------------------------------------------------------------------------------
 
 
-def webhook_payload(run: dict, holder: dict | None, output_tail: str | None) -> dict:
+def webhook_payload(run: dict[str, Any], holder: dict[str, Any] | None, output_tail: str | None) -> dict[str, Any]:
     """The JSON document a webhook receives for one run outcome."""
     return {
         "name": run["name"],
@@ -105,7 +115,7 @@ def webhook_payload(run: dict, holder: dict | None, output_tail: str | None) -> 
     }
 
 
-def slack_text(payload: dict) -> dict:
+def slack_text(payload: dict[str, Any]) -> dict[str, str]:
     """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
     icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:"}.get(
         payload["status"], ":x:"
@@ -130,7 +140,7 @@ def slack_text(payload: dict) -> dict:
     return {"text": text}
 
 
-def send_webhooks(urls: list[str], payload: dict, slack: bool) -> list[str]:
+def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool) -> list[str]:
     """Deliver to every URL at once (so N endpoints cost one budget, not N). Returns the failures."""
     body = json.dumps(slack_text(payload) if slack else payload).encode()
     return _in_parallel([(url, body, "application/json") for url in urls])
@@ -196,3 +206,52 @@ def _in_parallel(jobs: list[tuple[str, bytes, str]]) -> list[str]:
     for thread in threads:
         thread.join(TOTAL_BUDGET + 1.0)
     return [failure for failure in failures if failure]
+
+
+#: What a webhook says of the holder that kept a run out: never its owner token, with which
+#: anyone could delete the lock.
+HOLDER_FIELDS_FOR_PAYLOAD = ("host", "pid", "run_id", "command", "started_at", "heartbeat_at", "ttl_remaining_s")
+
+
+class Delivery:
+    """What one run asked to tell (``--ping``, ``--notify``): the start ping beside the command,
+    then, once the lock is released, the final ping and the webhooks."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        ping_url: str | None = None,
+        ping_on_busy: bool = False,
+        notify_urls: tuple[str, ...] = (),
+        notify_on: tuple[str, ...] = (),
+        slack: bool = False,
+    ) -> None:
+        self.run_id = run_id
+        self.ping_url, self.ping_on_busy = ping_url, ping_on_busy
+        self.notify_urls, self.notify_on, self.slack = notify_urls, notify_on, slack
+        self._start_ping: StartPing | None = None
+
+    def command_started(self) -> None:
+        """The start ping (``--ping``), sent beside the command."""
+        if self.ping_url:
+            self._start_ping = StartPing(self.ping_url, self.run_id)
+
+    def run_ended(
+        self, run: dict[str, Any], holder: Holder | None = None, output_tail: str | None = None
+    ) -> str | None:
+        """The final ping and the webhooks for ``run``, the run's final row (``holder``: who kept
+        it out). Returns what failed, the start ping included, as one line; None if nothing did."""
+        status = run["status"]
+        failures = [self._start_ping.wait()] if self._start_ping else []
+        if self.ping_url and (status != Status.BUSY or self.ping_on_busy):
+            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
+            event = ping_event(status, run["exit_code"], run["signal"])
+            failures.append(send_ping(self.ping_url, event, self.run_id, body))
+        if self.notify_urls and status in self.notify_on:
+            about_holder = None
+            if holder is not None:
+                about_holder = {k: v for k, v in holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
+            payload = webhook_payload(run, about_holder, output_tail)
+            failures += send_webhooks(list(self.notify_urls), payload, self.slack)
+        return "; ".join(failure for failure in failures if failure) or None
