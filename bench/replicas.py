@@ -29,10 +29,9 @@ import redis
 from common import LOCKRUN, ROOT, bench_env, interleaved, machine, median_ms, percentile, table, write_json
 
 sys.path.insert(0, str(ROOT))
-from tests.soak.proxy import FaultyProxy  # noqa: E402 - the request-counting proxy of the tests
-
 from lockrun.backends import Lease  # noqa: E402
 from lockrun.backends.redis import RedisBackend  # noqa: E402
+from tests.soak.proxy import FaultyProxy  # noqa: E402 - the request-counting proxy of the tests
 
 
 class Replicated:

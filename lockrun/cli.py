@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from lockrun import __version__, settings
-from lockrun.clock import iso_ago
 from lockrun.backends.redis_url import validate_redis_url
+from lockrun.clock import iso_ago
 from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
 from lockrun.record import Status
 

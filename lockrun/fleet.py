@@ -16,7 +16,8 @@ import heapq
 import itertools
 import re
 from collections import deque
-from typing import Callable, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 from lockrun.clock import parse_iso
 from lockrun.metrics import JobFacts

@@ -6,14 +6,14 @@ import functools
 import os
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hostname() -> str:
     # The same value as socket.gethostname(), without importing socket (read commands
     # that never touch the network should not pay for it).
     return os.uname().nodename
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def boot_id() -> str:
     """Changes at every boot: a pid from another boot means nothing here."""
     try:
@@ -48,7 +48,7 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def own_start() -> int | None:
     """This process's start time (it never changes; reading /proc once is enough)."""
     return process_start(os.getpid())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from lockrun.backends import LOST, PREEMPTED, Backend, Lease
 from lockrun.clock import utc_now_iso

@@ -15,10 +15,11 @@ import os
 import sqlite3
 import stat
 import time
+from collections.abc import Callable, Iterator
 from itertools import compress
 from operator import itemgetter, not_
-from typing import Any, Callable, Iterator, NamedTuple
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from lockrun import host as this_host
 from lockrun.clock import parse_iso, seconds_since, utc_now_iso
@@ -509,7 +510,7 @@ class Ledger:
         where = "name = :name AND ended_at >= :since AND started_at < :until" + (
             " AND host = :host" if host is not None else "")
         probe = f"SELECT 1 FROM runs WHERE {where} LIMIT 1"
-        probe_open = f"SELECT 1 FROM runs WHERE name = :name AND ended_at IS NULL AND started_at < :until" + (
+        probe_open = "SELECT 1 FROM runs WHERE name = :name AND ended_at IS NULL AND started_at < :until" + (
             " AND host = :host LIMIT 1" if host is not None else " LIMIT 1")
         hosts_sql = (f"SELECT DISTINCT CAST(host AS TEXT) FROM runs WHERE {where} UNION"
                      " SELECT DISTINCT CAST(host AS TEXT) FROM runs WHERE name = :name AND ended_at IS NULL"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 from xml.sax.saxutils import escape, quoteattr
 
 from lockrun import timeline as tl
@@ -296,7 +296,7 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family={quoteattr(_FONT)} font-size="12">',
         f'<style>.name{{fill:{_TEXT}}} .muted{{fill:{_MUTED}}} .title{{fill:{_TEXT};font-size:15px;font-weight:bold}} '
         f'.fig{{fill:{_TEXT}}} rect.run:hover,rect.runs:hover{{stroke:{_TEXT};stroke-width:1}}</style>',
-        f'<rect width="100%" height="100%" fill="#ffffff"/>',
+        '<rect width="100%" height="100%" fill="#ffffff"/>',
         f'<text x="{_MARGIN}" y="26" class="title">{escape(title)}</text>',
     ]
     if subtitle:

@@ -13,9 +13,9 @@ import os
 import re
 import stat
 import sys
-from typing import NamedTuple
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from lockrun.backends import ALL_REPLICAS
 from lockrun.backends.redis_url import redact_url, url_without_credentials, validate_redis_url

@@ -5,8 +5,8 @@ from __future__ import annotations
 from lockrun import fleet, host
 from lockrun.backends import Backend, Holder
 from lockrun.clock import seconds_since
-from lockrun.ledger import Ledger
 from lockrun.errors import LedgerError
+from lockrun.ledger import Ledger
 from lockrun.record import Status
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
 from datetime import datetime, time, timedelta, timezone
 from functools import partial
 from itertools import compress, islice
 from operator import eq, is_not, itemgetter, le, lt
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from lockrun.clock import ISO_FORMAT, parse_iso
 from lockrun.errors import UsageError

@@ -158,7 +158,7 @@ class CronLog:
         while not self._stop.is_set():
             try:
                 self.lines.append(self.sock.recv(65536).decode("utf-8", "replace"))
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

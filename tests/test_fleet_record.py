@@ -11,7 +11,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import (
-    RedisServer, as_host, client_commands, history, isolated_env, lockrun_argv, run_lockrun, spawn_lockrun,
+    RedisServer,
+    as_host,
+    client_commands,
+    history,
+    isolated_env,
+    lockrun_argv,
+    run_lockrun,
+    spawn_lockrun,
     wait_until,
 )
 
@@ -237,7 +244,7 @@ def test_retention_bounds_the_record(tmp_path, redis_server):
 
 
 def test_a_retried_release_records_the_end_once(redis_server):
-    from lockrun.backends import FleetRecord, Lease
+    from lockrun.backends import FleetRecord
     from lockrun.backends.redis import RedisBackend
 
     backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
@@ -283,8 +290,7 @@ def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path
 
 def test_show_fleet_pages_through_long_streams(redis_server, monkeypatch):
     from lockrun import fleet
-    from lockrun.backends import FleetRecord, Lease
-    from lockrun.backends import redis_fleet
+    from lockrun.backends import FleetRecord, Lease, redis_fleet
     from lockrun.backends.redis import RedisBackend
 
     monkeypatch.setattr(redis_fleet, "FIND_PAGE", 7)  # every scan call sees a few entries only

@@ -20,9 +20,7 @@ from pathlib import Path
 import pytest
 
 from lockrun.host import hostname
-from tests.conftest import (
-    RedisServer, history, isolated_env, lockrun_argv, pid_alive, run_lockrun, spawn_lockrun, wait_until,
-)
+from tests.conftest import RedisServer, history, isolated_env, pid_alive, run_lockrun, spawn_lockrun, wait_until
 
 OTHER_UID = 12345  # nobody on the machine: "a file owned by another user"
 

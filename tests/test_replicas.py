@@ -16,9 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import (
-    RedisServer, history, isolated_env, pid_alive, run_lockrun, spawn_lockrun, wait_until,
-)
+from tests.conftest import RedisServer, history, isolated_env, pid_alive, run_lockrun, spawn_lockrun, wait_until
 from tests.soak.oracle import MonitorRecorder, parse_line
 from tests.soak.proxy import FaultyProxy
 

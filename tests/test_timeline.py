@@ -7,12 +7,10 @@ fixed width and no colour (stdout is a pipe), and every bar's first and last col
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
 import subprocess
-import sys
 import uuid
 import xml.etree.ElementTree as ElementTree
 from datetime import datetime, timedelta, timezone

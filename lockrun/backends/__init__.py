@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Mapping, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
 from lockrun.clock import parse_iso
-
 
 # What a renewal found.
 RENEWED = "renewed"

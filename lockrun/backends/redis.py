@@ -7,7 +7,6 @@ lives in one Redis Cluster slot and a script may touch all of them.
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from typing import NamedTuple
 
@@ -17,12 +16,21 @@ from redis.connection import ConnectionPool, parse_url
 from redis.retry import Retry
 
 from lockrun.backends import (
-    ALL_REPLICAS, LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, FleetRetention, Holder, Lease, OnceKey,
+    ALL_REPLICAS,
+    LOST,
+    PREEMPTED,
+    RENEWED,
+    Duplicate,
+    FleetRecord,
+    FleetRetention,
+    Holder,
+    Lease,
+    OnceKey,
 )
+from lockrun.backends.redis_url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 from lockrun.clock import utc_now_iso
 from lockrun.errors import BackendUnavailable, ForeignData, ReplicasMissing, SlotsMismatch, UsageError
 from lockrun.record import fields_from_row, row_json, tail_for_fleet
-from lockrun.backends.redis_url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, redact_url
 
 # The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be

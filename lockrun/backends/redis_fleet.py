@@ -143,7 +143,7 @@ class RedisFleetRecord:
         """(name, matching events newest first, ``last`` if it is that run) for each name with a match."""
         events: dict[str, list[Event]] = {}
         lasts: dict[str, dict] = {}
-        cursors = {name: "+" for name in names}
+        cursors = dict.fromkeys(names, "+")
         while cursors:
             asked = list(cursors)
             replies = self._find_page([(lock_keys(self._prefix, n), cursors[n]) for n in asked], run_id_prefix)

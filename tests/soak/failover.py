@@ -144,9 +144,9 @@ class FailoverSoak(Soak):
         self.gaps: list[tuple[str, float, float]] = []  # MONITOR cut and reattached: (server, cut, back)
         self.failovers: list[str] = []  # "a -> b (kind, 0.4 s)"
         self.unhealed: list[str] = []
-        self.crossings: dict[str, int] = {group: 0 for group in GROUPS}
-        self.overlaps: dict[str, int] = {group: 0 for group in GROUPS}
-        self.after_live_failover: dict[str, int] = {group: 0 for group in GROUPS}
+        self.crossings: dict[str, int] = dict.fromkeys(GROUPS, 0)
+        self.overlaps: dict[str, int] = dict.fromkeys(GROUPS, 0)
+        self.after_live_failover: dict[str, int] = dict.fromkeys(GROUPS, 0)
         self.broken: dict[str, list[str]] = {group: [] for group in GROUPS}  # what --replicas 0 and 1 broke
         self.crossing_notes: list[str] = []
         self._switch_times: list[float] | None = None

@@ -158,7 +158,7 @@ def test_the_fencing_check_spans_every_server_lifetime():
 def test_a_deadline_as_the_replicas_knew_it():
     a = grant(10.0, "aaa", 100, "r1") + renew(10.3, "aaa")
     both = replicated_copy(10.0, "aaa")[:3]
-    only_c = both + [f"+10.300500 [0 127.0.0.1:6379] " + q("PEXPIREAT", LOCK, 11300)]
+    only_c = both + ["+10.300500 [0 127.0.0.1:6379] " + q("PEXPIREAT", LOCK, 11300)]
     out = reconstruct_across([(0, "a", a), (1, "b", both), (2, "c", only_c)])
     (lease,) = out.leases
     assert abs(out.acknowledged_deadline(lease, 2) - 11.0) < 1e-6  # the grant reached both
