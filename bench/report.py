@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -25,17 +25,18 @@ def timeline_row(t: dict) -> tuple[str, str, str, str]:
 
 def main(folder: str, command: str) -> None:
     d = Path(folder)
-    s, r, h, f, l, st, fl = (load(d, n) for n in ("startup", "roundtrips", "handover", "footprint", "ledger", "status",
-                                                   "fleet"))
+    s, r, h, f, led, st, fl = (
+        load(d, n) for n in ("startup", "roundtrips", "handover", "footprint", "ledger", "status", "fleet")
+    )
     fleet_headline = fl["cases"]["history --fleet --limit 50"]
     fleet_others = "; ".join(f"`{k}` {v['median_s']:.2f} s" for k, v in fl["cases"].items()
                              if k != "history --fleet --limit 50")
     m = s["machine"]
     trips = r["cases"]
     trips_ok = all(c["total"] == c["expected"] for c in trips.values())
-    hist = max(v for k, v in l["ratio_to_version"].items() if k.startswith("history"))
-    stat_local = l["ratio_to_version"]["status --json (local, 3 held)"]
-    burst = l["burst"]
+    hist = max(v for k, v in led["ratio_to_version"].items() if k.startswith("history"))
+    stat_local = led["ratio_to_version"]["status --json (local, 3 held)"]
+    burst = led["burst"]
     rows = [
         ("start-up: `lockrun -n b -- true` (Redis) / `python -c 'import click, redis, sqlite3'`",
          f"{s['ratio']:.2f}x (local backend: {s['ratio_to_floor']['lockrun (local)']:.2f}x; flock: "
@@ -52,11 +53,11 @@ def main(folder: str, command: str) -> None:
         (f"supervisor CPU, `--ttl 3 -- sleep {f['seconds']:g}`",
          f"{f['cpu_s']:.3f} s (importing click, redis, sqlite3 alone: {f['floor_cpu_s']:.3f} s)", "<= 0.2 s",
          verdict(f["cpu_s"] <= 0.2)),
-        (f"`history --limit 50 --json`, {l['rows']:,} rows / `lockrun --version`", f"{hist:.2f}x (worst filter)",
+        (f"`history --limit 50 --json`, {led['rows']:,} rows / `lockrun --version`", f"{hist:.2f}x (worst filter)",
          "<= 1.2x", verdict(hist <= 1.2)),
-        (f"`status --json`, {l['rows']:,} rows / `lockrun --version`",
+        (f"`status --json`, {led['rows']:,} rows / `lockrun --version`",
          f"{stat_local:.2f}x local backend; "
-         f"{l['ratio_to_version']['status --json (redis, 3 held)']:.2f}x with Redis", "<= 1.2x",
+         f"{led['ratio_to_version']['status --json (redis, 3 held)']:.2f}x with Redis", "<= 1.2x",
          verdict(stat_local <= 1.2)),
         ("50 concurrent runs recording", f"{burst['recorded']}/50 recorded, {burst['locked_messages']} "
          "'database is locked'", "0 lost, 0 locked", verdict(burst["recorded"] == 50 and not burst["locked_messages"])),
@@ -86,8 +87,8 @@ def main(folder: str, command: str) -> None:
                      f"{trips['requests']} ({', '.join(trips['commands'])}: WAIT pipelined behind the acquire)",
                      "2", verdict(two)))
     print("# lockrun benchmark results\n")
-    print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). Machine: "
-          f"{m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
+    print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). "
+          f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
           f"redis-server {m.get('redis_server', '?')}. Ratios are medians of per-round ratios of interleaved "
           "runs, because this machine's speed drifts by ±20 % from one second to the next.\n")
     print("| what | measured | target | result |")
@@ -109,9 +110,17 @@ def main(folder: str, command: str) -> None:
               f"release, the command's process with its death signal, the watchdog) take "
               f"{b['required_steps_ms']:.2f} ms by themselves. `command: fork, PDEATHSIG, exec` includes the "
               "watchdog and prctl rows above it.")
+    # The hand-written notes, once, last (they carry their own "## Notes" heading).
     print()
-    print(Path(__file__).with_name("NOTES.md").read_text())
+    print(Path(__file__).with_name("NOTES.md").read_text(), end="")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "bench/run")
+    parser = argparse.ArgumentParser(
+        description="Write bench/RESULTS.md (on standard output) from the JSON files bench/run leaves in FOLDER: "
+                    "one table of targets met or missed, the start-up breakdown, then bench/NOTES.md once.")
+    parser.add_argument("folder", help="the folder of startup.json, roundtrips.json, ... (bench/run makes one)")
+    parser.add_argument("command", nargs="?", default="bench/run",
+                        help="the command that made them, quoted in the text [default: bench/run]")
+    args = parser.parse_args()
+    main(args.folder, args.command)
