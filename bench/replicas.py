@@ -158,7 +158,8 @@ def main(argv: list[str]) -> dict:
                      f"{one['median_us']:.0f} µs (p99 {one['p99_us']:.0f})",
                      f"{one['median_us'] - zero['median_us']:+.0f} µs"])
     zero_ms, one_ms = median_ms(walls["--replicas 0"]), median_ms(walls["--replicas 1"])
-    rows.append(["`lockrun -n b -- true` (wall)", f"{zero_ms:.1f} ms", f"{one_ms:.1f} ms", f"{one_ms - zero_ms:+.1f} ms"])
+    rows.append(["`lockrun -n b -- true` (wall)", f"{zero_ms:.1f} ms", f"{one_ms:.1f} ms",
+                 f"{one_ms - zero_ms:+.1f} ms"])
     print(table(["", "--replicas 0", "--replicas 1", "cost"], rows))
     print(f"\nuncontended --replicas 1 run: commands {trips['commands']}, {trips['requests']} round trips "
           f"on {trips['connections']} connection(s)")

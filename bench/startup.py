@@ -44,7 +44,7 @@ def main(argv: list[str]) -> dict:
     def paired_ratio(samples: list[float]) -> float:
         # Each round ran every case back to back: the ratio within a round cancels
         # the machine's slow and fast phases that a ratio of medians would not.
-        return statistics.median(a / b for a, b in zip(samples, floor_times))
+        return statistics.median(a / b for a, b in zip(samples, floor_times, strict=True))
 
     rows = [[name, f"{median_ms(t):.1f}", f"{paired_ratio(t):.3f}"] for name, t in times.items()]
     print(table(["case", "median ms", "x floor (median of per-round ratios)"], rows))

@@ -6,6 +6,7 @@ exceptions into a message line and an exit code.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -523,7 +524,8 @@ STATUS_CHOICES = [status.value for status in Status]
               help=f"Only runs started within DURATION (90m, 12h, 7d; at most {settings.MAX_DURATION_TEXT}).")
 @click.option("--fleet", is_flag=True,
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
-@click.option("--host", "host_filter", metavar="HOST", help="Only runs recorded by this host name (useful with --fleet).")
+@click.option("--host", "host_filter", metavar="HOST",
+              help="Only runs recorded by this host name (useful with --fleet).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
@@ -706,10 +708,8 @@ def _write_file(path: str, text: str) -> None:
         os.chmod(temporary, 0o666 & ~umask)  # as an ordinary new file would be, not mkstemp's 0600
         os.replace(temporary, target)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
-        except OSError:
-            pass
         raise
 
 

@@ -17,6 +17,7 @@ Every check costs one ``stat`` or ``fstat``; nothing here walks a tree.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -172,10 +173,8 @@ def write_atomically(path: Path | str, data: bytes, durable: bool = False, mode:
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a leftover of a crashed process that had our pid
-    except FileNotFoundError:
-        pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
@@ -190,8 +189,6 @@ def write_atomically(path: Path | str, data: bytes, durable: bool = False, mode:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

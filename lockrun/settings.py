@@ -206,7 +206,9 @@ def parse_replicas(text, what: str) -> int | str:
 
 # What --notify-on may name: every final status a run can end in.
 NOTIFY_STATUSES = tuple(status.value for status in FINAL_STATUSES)
-DEFAULT_NOTIFY_ON = tuple(s.value for s in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR))
+DEFAULT_NOTIFY_ON = tuple(
+    status.value for status in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR)
+)
 
 
 def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:

@@ -49,7 +49,8 @@ class Inspection(NamedTuple):
             *([f"  malformed: {h.problem}"] if h.problem else []),
             f"  command:   {' '.join(h.command) or '?'}",
             f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
-            f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago; lease expires in {human_duration(h.ttl_remaining_s)}",
+            f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago;"
+            f" lease expires in {human_duration(h.ttl_remaining_s)}",
         ]
         if h.foreign:
             lines.append("  state:     malformed: not a lockrun lease, nothing lockrun started runs under it")

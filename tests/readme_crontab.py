@@ -15,7 +15,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 _FENCE = re.compile(r"^\s*```")
 _FIELD = r"[0-9*][0-9*/,\-]*"
-_JOB = re.compile(rf"^(?P<when>@(?:reboot|yearly|annually|monthly|weekly|daily|midnight|hourly)|(?:{_FIELD}\s+){{4}}{_FIELD})"
+_JOB = re.compile(r"^(?P<when>@(?:reboot|yearly|annually|monthly|weekly|daily|midnight|hourly)"
+                  rf"|(?:{_FIELD}\s+){{4}}{_FIELD})"
                   r"\s+(?P<command>\S.*)$")
 _ENV = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=(?P<value>.*)$")
 

@@ -26,6 +26,7 @@ failing command.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -342,10 +343,8 @@ def carrying(marker: bytes) -> list[int]:
 
 
 def kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def started_local(row: dict) -> float:
@@ -476,7 +475,8 @@ def prepare_holders(jobs: list[Job], config: Path, root: Path) -> None:
             job.holders.append(spawn_lockrun(job.env(config), "-n", name, "--ttl", "30", "--", "sleep", "300"))
     for job in jobs:
         if job.holders:
-            wait_until(lambda: holder_row(job) is not None, timeout=30, what=f"{job.id}'s holder to take its lock")
+            wait_until(lambda job=job: holder_row(job) is not None, timeout=30,
+                       what=f"{job.id}'s holder to take its lock")
 
 
 def holder_row(job: Job) -> dict | None:
@@ -532,7 +532,8 @@ def drive(jobs: list[Job], log: CronLog, config: Path, root: Path, own_redis: Re
             if plan == "metrics" and job.backend == "redis" and rows and rows[0]["status"] != "running" \
                     and once(job, "kill-redis"):
                 prom = job.dir / "textfile" / "lockrun.prom"  # written just after the row is final
-                job.notes.append(wait_until(lambda: prom.exists() and prom.read_text(), what="the metrics file"))
+                job.notes.append(wait_until(lambda prom=prom: prom.exists() and prom.read_text(),
+                                            what="the metrics file"))
                 own_redis.kill()
         if ticks(root) >= 2 and required <= done:
             return
@@ -556,14 +557,16 @@ def check(jobs: list[Job], log: CronLog, root: Path, receiver: Receiver) -> None
         statuses = [f["status"] for _, f in fired]
         if len(fired) != len(job.expected):
             problems.append(f"{where}: cron fired it {len(fired)} times, expected {len(job.expected)}")
+        # Counts that differ are problems of their own (just above and below); the zips below
+        # compare firing by firing as far as both lists go.
         if job.scenario.kind != "run":  # not a run: no row; cron saw what the README says
             problems += [f"{where} firing {number}: cron saw exit status {status}, expected {expect.exit_status}"
-                         for number, (expect, status) in enumerate(zip(job.expected, statuses), 1)
+                         for number, (expect, status) in enumerate(zip(job.expected, statuses, strict=False), 1)
                          if status != expect.exit_status]
         elif len(rows) != len(fired):
             problems.append(f"{where}: {len(fired)} firings but {len(rows)} ledger rows (lockrun did not start?);"
                             f" mail: {mails.get(job.id)}")
-        for number, (expect, row) in enumerate(zip(job.expected, rows), 1):
+        for number, (expect, row) in enumerate(zip(job.expected, rows, strict=False), 1):
             expect = adjusted(job, expect, row, rows)
             got = (row["status"], row["exit_status"])
             if got != (expect.status, expect.exit_status):
@@ -572,14 +575,14 @@ def check(jobs: list[Job], log: CronLog, root: Path, receiver: Receiver) -> None
                 problems.append(f"{where} firing {number}: cron saw exit status {statuses[number - 1]},"
                                 f" the ledger's exit_status is {row['exit_status']}")
             outcomes.setdefault(row["status"], set()).add(row["exit_status"])
-        wanted_mail = [adjusted(job, e, r, rows).mail for e, r in zip(job.expected, rows)]
+        wanted_mail = [adjusted(job, e, r, rows).mail for e, r in zip(job.expected, rows, strict=False)]
         if job.scenario.kind != "run":
             wanted_mail = [e.mail for e in job.expected]
         got_mail = mails.get(job.id, [])
         wanted_bodies = [m for m in wanted_mail if m is not None]
         if len(got_mail) != len(wanted_bodies):
             problems.append(f"{where}: {len(got_mail)} mails, expected {len(wanted_bodies)}: {got_mail}")
-        for body, wanted in zip(got_mail, wanted_bodies):
+        for body, wanted in zip(got_mail, wanted_bodies, strict=False):
             if wanted == LOCKRUN_LINE:
                 if not (body.count("\n") == 1 and body.startswith("lockrun: ")):
                     problems.append(f"{where}: the mail should be one lockrun line, it is {body!r}")

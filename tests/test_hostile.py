@@ -138,7 +138,7 @@ def test_a_200_character_name_of_colons_works_on_the_local_backend(local_env, tm
     assert run_lockrun(local_env, "-n", name, "--once", key, "--", "true").returncode == 0
     assert run_lockrun(local_env, "-n", name, "--once", key, "--", "true").returncode == 0
     assert [row["status"] for row in history(local_env, name)][:2] == ["duplicate", "succeeded"]
-    for folder, _, files in os.walk(tmp_path / "state"):
+    for _folder, _, files in os.walk(tmp_path / "state"):
         assert all(len(f.encode()) <= 255 for f in files), files
 
 
@@ -387,7 +387,8 @@ def secret_server():
 def test_the_command_does_not_inherit_the_redis_password(tmp_path, secret_server):
     env = {**isolated_env(tmp_path), "LOCKRUN_REDIS_URL": secret_server.url}
     seen = tmp_path / "seen"
-    result = run_lockrun(env, "-n", "env", "--", "sh", "-c", f"env > {seen}; tr '\\0' '\\n' < /proc/$$/environ >> {seen}")
+    result = run_lockrun(env, "-n", "env", "--", "sh", "-c",
+                         f"env > {seen}; tr '\\0' '\\n' < /proc/$$/environ >> {seen}")
     assert result.returncode == 0, result.stderr
     text = seen.read_text()
     assert "s3cret-pw" not in text
@@ -597,7 +598,7 @@ def test_a_lost_acquire_reply_under_slots_gives_back_the_slot(tmp_path, redis_se
     client = redis_server.client()
     assert client.zcard("lockrun:{sem}:slots") == 0  # the slot the acquire took was given back
     assert client.exists("lockrun:{sem}:lock") == 0
-    assert [key for key in client.scan_iter("lockrun:{sem}:slot:*")] == []
+    assert list(client.scan_iter("lockrun:{sem}:slot:*")) == []
 
 
 # --- after the spawn, nothing releases the lock while the command runs on -----------------------------

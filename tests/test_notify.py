@@ -102,7 +102,8 @@ def test_busy_webhook_names_the_holder_but_not_its_token(env, receiver, tmp_path
     holder = spawn_lockrun(env, "-n", "b", "--", "sh", "-c", f"touch {flag}; sleep 30")
     try:
         wait_until(flag.exists, what="the holder")
-        assert run_lockrun(env, "-n", "b", "--notify", receiver.url, "--notify-on", "busy", "--", "true").returncode == 75
+        busy = run_lockrun(env, "-n", "b", "--notify", receiver.url, "--notify-on", "busy", "--", "true")
+        assert busy.returncode == 75
         (payload,) = receiver.json_bodies()
         assert payload["status"] == "busy" and payload["holder"]["pid"] == holder.pid
         assert "token" not in payload["holder"]
@@ -128,7 +129,8 @@ def test_several_webhooks_and_the_config_file(env, receiver, tmp_path):
 @pytest.mark.parametrize("mode", ["hang", "error", "refused"])
 def test_a_failing_endpoint_costs_bounded_time_and_changes_nothing(env, receiver, mode):
     receiver.mode = mode
-    url = f"http://127.0.0.1:{free_port()}/x?token={SECRET}" if mode == "refused" else f"{receiver.url}/x?token={SECRET}"
+    base = f"http://127.0.0.1:{free_port()}" if mode == "refused" else receiver.url
+    url = f"{base}/x?token={SECRET}"
     started = time.monotonic()
     result = run_lockrun(env, "-n", "slow", "--notify", url, "--ping", url, "--", "sh", "-c", "exit 4")
     took = time.monotonic() - started
@@ -158,7 +160,8 @@ def test_ping_sequence_on_success_and_failure(env, receiver):
 
 
 def test_ping_on_timeout_is_fail(env, receiver):
-    assert run_lockrun(env, "-n", "t", "--ping", receiver.url, "--timeout", "0.3", "--", "sleep", "30").returncode == 124
+    result = run_lockrun(env, "-n", "t", "--ping", receiver.url, "--timeout", "0.3", "--", "sleep", "30")
+    assert result.returncode == 124
     run_id = history(env, "t")[0]["run_id"]
     assert receiver.paths() == [f"/start?rid={run_id}", f"/fail?rid={run_id}"]
 

@@ -22,7 +22,12 @@ from tests.soak.proxy import FaultyProxy
 
 PY = sys.executable
 # Appends a wall-clock tick every 20 ms to argv[1], for as long as it runs.
-TICKER = "import sys, time\nwhile True:\n    open(sys.argv[1], 'a').write(f'{time.time()!r}\\n')\n    time.sleep(0.02)\n"
+TICKER = (
+    "import sys, time\n"
+    "while True:\n"
+    "    open(sys.argv[1], 'a').write(f'{time.time()!r}\\n')\n"
+    "    time.sleep(0.02)\n"
+)
 
 
 def in_sync(master: RedisServer) -> int:
@@ -64,7 +69,8 @@ def test_the_lock_and_its_renewals_reach_the_replicas(renv, replicated):
         token = result.stdout.strip().encode()
         for replica in replicas:
             # the grant was acknowledged before the command ran, so every replica has its token
-            wait_until(lambda r=replica: r.client().get("lockrun:{rep}:fence") == token, what="the replica's copy")
+            wait_until(lambda r=replica, token=token: r.client().get("lockrun:{rep}:fence") == token,
+                       what="the replica's copy")
     assert [row["status"] for row in history(renv, "rep")] == ["succeeded"] * 3
 
 
@@ -103,7 +109,8 @@ def test_a_paused_replica_keeps_the_command_from_running(renv, replicated, tmp_p
             assert not flag.exists()
             assert master.client().exists("lockrun:{paused}:lock") == 0  # given back at once, not left for a TTL
         # one replica is enough for --replicas 1
-        assert run_lockrun(renv, "-n", "paused", "--ttl", "10", "--replicas", "1", "--", "touch", str(flag)).returncode == 0
+        result = run_lockrun(renv, "-n", "paused", "--ttl", "10", "--replicas", "1", "--", "touch", str(flag))
+        assert result.returncode == 0
     finally:
         replicas[1].resume()
     rows = history(renv, "paused")

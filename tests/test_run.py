@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -36,8 +37,8 @@ def intervals(log_path) -> list[tuple[float, float]]:
     kinds, stamps = lines[0::2], [float(x) for x in lines[1::2]]
     # With a working lock, a start is always followed by its own end: never two starts in a row.
     assert kinds == ["start", "end"] * (len(kinds) // 2), f"overlapping runs: {kinds}"
-    pairs = list(zip(stamps[0::2], stamps[1::2]))
-    for (_, end), (start, _) in zip(pairs, pairs[1:]):
+    pairs = list(zip(stamps[0::2], stamps[1::2], strict=True))
+    for (_, end), (start, _) in itertools.pairwise(pairs):
         assert end <= start
     return pairs
 
@@ -76,7 +77,8 @@ def test_flags_after_the_command_belong_to_it(env):
 
 
 def test_environment_seen_by_the_command(env):
-    script = "import os, json; print(json.dumps({k: os.environ[k] for k in ('LOCKRUN_NAME', 'LOCKRUN_RUN_ID', 'LOCKRUN_FENCING_TOKEN')}))"
+    script = ("import os, json; print(json.dumps({k: os.environ[k] for k in "
+              "('LOCKRUN_NAME', 'LOCKRUN_RUN_ID', 'LOCKRUN_FENCING_TOKEN')}))")
     result = run_lockrun(env, "-n", "envjob", "--", PY, "-c", script)
     seen = json.loads(result.stdout)
     row = history(env, "envjob")[0]

@@ -226,7 +226,8 @@ class FailoverSoak(Soak):
     def _attach_monitor(self, node: Node) -> None:
         with self._monitor_lock:
             epoch = len(self.streams)
-            recorder = MonitorRecorder(node.server.socket, epoch, on_end=lambda rec, node=node: self._monitor_cut(node, rec))
+            recorder = MonitorRecorder(node.server.socket, epoch,
+                                       on_end=lambda rec, node=node: self._monitor_cut(node, rec))
             self.streams.append((epoch, node.label, recorder))
 
     def _monitor_cut(self, node: Node, recorder: MonitorRecorder) -> None:
@@ -483,7 +484,8 @@ class FailoverSoak(Soak):
         for lease in server.leases:
             ends[lease.end] = ends.get(lease.end, 0) + 1
         self.evidence = (f"the servers granted {len(server.leases)} leases and reset them "
-                         f"{sum(lease.resets for lease in server.leases)} times; lease ends {dict(sorted(ends.items()))}")
+                         f"{sum(lease.resets for lease in server.leases)} times;"
+                         f" lease ends {dict(sorted(ends.items()))}")
         problems = [*server.violations, *self._check_fencing(server.leases), *self._check_lockruns(commands),
                     *self._check_orphans(), *self.unhealed]
         for group in GROUPS:

@@ -19,6 +19,8 @@ promise): ``python -m tests.soak --seed N``.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import random
 import signal
@@ -470,7 +472,7 @@ class Soak:
             grants.setdefault(lease.name, []).append(lease)
         for name, granted in grants.items():
             ordered = sorted(granted, key=lambda lease: lease.acquired_at)
-            for before, after in zip(ordered, ordered[1:]):
+            for before, after in itertools.pairwise(ordered):
                 if after.fencing_token is None or before.fencing_token is None or \
                         after.fencing_token <= before.fencing_token:
                     problems.append(
@@ -576,10 +578,8 @@ class Soak:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _epoch_seconds(iso: str) -> float:

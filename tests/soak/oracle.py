@@ -18,6 +18,7 @@ from the master that granted it to the one that renews it after a failover.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -106,10 +107,8 @@ class MonitorRecorder:
     def stop(self, timeout: float = 10) -> None:
         """Wait for the stream to end (the server died) or cut it (the soak is over)."""
         self._thread.join(timeout)
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
 
 
 @dataclass
@@ -229,7 +228,8 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
             name = lock_name(key, prefix)
             if verb == "XADD" and lock_name(key, prefix, "runs") and "*" in args:
                 fields = args[args.index("*") + 1:]
-                pairs = dict(zip(fields[0::2], fields[1::2]))
+                # field/value pairs as MONITOR printed them; a dangling field is no pair
+                pairs = dict(zip(fields[0::2], fields[1::2], strict=False))
                 out.fleet_events.append(FleetEvent(epoch, lock_name(key, prefix, "runs"), pairs.get("event", ""),
                                                    pairs))
                 continue
@@ -260,7 +260,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
             elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
                 lease = current.get(lock_name(key, prefix, "info"))
                 if lease is not None and lease.fencing_token is None:
-                    fields = dict(zip(args[2::2], args[3::2]))
+                    fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
                     lease.fencing_token = int(fields["fencing_token"])
                     lease.run_id = fields.get("run_id")
             elif verb == "PEXPIRE" and name:
@@ -438,7 +438,7 @@ def reconstruct_across(streams: list[tuple[int, str, list[str]]], prefix: str = 
             elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
                 lease = current.get(lock_name(key, prefix, "info"))
                 if lease is not None and lease.fencing_token is None:
-                    fields = dict(zip(args[2::2], args[3::2]))
+                    fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
                     lease.fencing_token = int(fields["fencing_token"])
                     lease.run_id = fields.get("run_id")
             elif verb == "PEXPIRE" and name:
