@@ -14,7 +14,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 from urllib.parse import urlsplit
 
 from lockrun.backends import ALL_REPLICAS
@@ -191,7 +191,7 @@ MAX_REPLICAS = 100
 REPLICAS_RULE = f"a whole number from 0 to {MAX_REPLICAS}, or all"
 
 
-def parse_replicas(text, what: str) -> int | str:
+def parse_replicas(text: str | int, what: str) -> int | str:
     """``--replicas``: how many Redis replicas must acknowledge the lock and each renewal.
 
     0 (the default) waits for none; ``all`` for every replica in sync with the master.
@@ -274,7 +274,31 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "connect_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
                                       " (a run caps it at TTL/3)"),
     "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
+    "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
+    "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
 }
+
+
+class ConfigFile(TypedDict, total=False):
+    """A config file's keys, as :func:`load_config` returns them: each of the type CONFIG_KEYS
+    names, and within its range."""
+
+    redis_url: str
+    redis_ca: str
+    redis_password_file: str
+    prefix: str
+    ledger: str
+    state_dir: str
+    ttl: float  # a TOML integer too
+    ledger_keep_days: int
+    metrics_file: str
+    notify_urls: list[str]
+    min_hold: str
+    socket_timeout: float
+    connect_timeout: float
+    replicas: int | str
+    fleet_keep_runs: int
+    fleet_keep_days: int
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -284,7 +308,7 @@ def default_config_paths() -> list[Path]:
     return [SYSTEM_CONFIG, Path.home() / ".config" / "lockrun" / "config.toml"]
 
 
-def _toml_loads(text: str) -> dict:
+def _toml_loads(text: str) -> dict[str, object]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -332,8 +356,11 @@ def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError,
     return data
 
 
-def _check_config_value(key: str, value, expected: str, where: str) -> None:
-    """Raise ConfigError unless ``value`` (of the right type already) is within the key's range."""
+def _check_config_value(key: str, value: Any, expected: str, where: str) -> None:
+    """Raise ConfigError unless ``value`` is within the key's range.
+
+    ``value`` is Any: its type depends on ``key``, and the caller has checked it against CONFIG_KEYS.
+    """
     def refuse(reason: str = "") -> None:
         raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
 
@@ -363,7 +390,7 @@ def _check_config_value(key: str, value, expected: str, where: str) -> None:
         raise ConfigError(f"config file {where}: {exc}") from None
 
 
-def load_config(explicit: str | None) -> tuple[Path | None, dict]:
+def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
     """Read the first config file that exists; a file named explicitly must exist."""
     if explicit:
         path = Path(explicit)
@@ -373,7 +400,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
     else:
         candidates = [p for p in default_config_paths() if p.is_file()][:1]
     if not candidates:
-        return None, {}
+        return None, ConfigFile()
     path = candidates[0]
     try:
         text = _read_trusted(path, "config file").decode("utf-8")
@@ -393,7 +420,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, dict]:
         if isinstance(value, bool) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
         _check_config_value(key, value, expected, where)
-    return path, data
+    return path, cast(ConfigFile, data)  # every key is known, of its type and in its range (checked above)
 
 
 def read_password_file(path: Path) -> str:

@@ -108,6 +108,10 @@ def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
         ("prefix = 3", "prefix must be a string"),
         ("ledger_keep_days = 0", "ledger_keep_days must be"),
         ("ledger_keep_days = 1.5", "ledger_keep_days must be"),
+        ("fleet_keep_runs = 0", "fleet_keep_runs must be"),
+        ("fleet_keep_runs = 1000001", "fleet_keep_runs must be"),
+        ("fleet_keep_days = 3651", "fleet_keep_days must be"),
+        ('fleet_keep_days = "90"', "fleet_keep_days must be"),
     ],
 )
 def test_bad_config_files(tmp_path, text, message):
@@ -116,6 +120,18 @@ def test_bad_config_files(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as info:
         settings.load_config(str(config))
     assert str(config) in str(info.value)
+
+
+def test_fleet_retention_from_the_config_file(tmp_path, monkeypatch):
+    """README "One fleet, one memory": fleet_keep_runs and fleet_keep_days are config-file keys."""
+    config = tmp_path / "c.toml"
+    config.write_text("fleet_keep_runs = 5\nfleet_keep_days = 7\n")
+    monkeypatch.setenv("LOCKRUN_STATE_DIR", str(tmp_path / "state"))
+    resolved = settings.resolve(config=str(config))
+    assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (5, 7)
+    config.write_text("")
+    resolved = settings.resolve(config=str(config))
+    assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (1000, 90)
 
 
 def test_missing_explicit_config(tmp_path):
