@@ -9,6 +9,8 @@ backend it used and how that was configured (never credentials), so ``status``, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from lockrun.clock import human_duration, iso_ago, seconds_since
 from lockrun.errors import LedgerError
 from lockrun.ledger import Ledger
@@ -33,7 +35,7 @@ def _describe(backend: str, where: str | None, origin: str | None) -> str:
     return f"redis {where}" + (f" (from {origin})" if origin else "")
 
 
-def _differs(row: dict, backend: str, where: str) -> bool:
+def _differs(row: dict[str, Any], backend: str, where: str) -> bool:
     if row["backend"] != backend:
         return True
     return row["backend_where"] is not None and row["backend_where"] != where
@@ -50,7 +52,7 @@ def other_backend_hint(
         rows = ledger.recent_configurations(iso_ago(RECENT_S), names)
     except LedgerError:
         return None
-    newest: dict[str, dict] = {}
+    newest: dict[str, dict[str, Any]] = {}
     for row in rows:  # newest first: the first row of a name is how it runs now
         newest.setdefault(row["name"], row)
     others = [row for row in newest.values() if _differs(row, backend, where)]

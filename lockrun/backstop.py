@@ -32,13 +32,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ctypes  # at run time only when a Backstop is made: a busy skip does not pay for it
 
 CLOCK_BOOTTIME = 7
 SIGEV_SIGNAL = 0
 
+#: A C function of the timer API: it returns 0, or -1 with errno set.
+TimerCall = Callable[..., int]
 
-def _timer_api():
-    """``(ctypes, timer_create, timer_settime)`` from the C library, or None where there is none."""
+
+def _timer_api() -> tuple[TimerCall, TimerCall] | None:
+    """``(timer_create, timer_settime)`` from the C library, or None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
@@ -46,7 +54,7 @@ def _timer_api():
     for name in (None, "librt.so.1"):  # glibc >= 2.34 has timers in libc itself
         try:
             lib = ctypes.CDLL(name, use_errno=True)
-            return ctypes, lib.timer_create, lib.timer_settime
+            return lib.timer_create, lib.timer_settime
         except (OSError, AttributeError):
             continue
     return None  # pragma: no cover - a libc without POSIX timers
@@ -56,12 +64,13 @@ class Backstop:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._retired = False
-        self._timer = None
+        self._timer: ctypes.c_void_p | None = None
         self.error: str | None = None  # why there is no backstop (after a failed system call)
         api = _timer_api()
         if api is None:
             return
-        ctypes, timer_create, self._timer_settime = api
+        timer_create, self._timer_settime = api
+        import ctypes
 
         class SigEvent(ctypes.Structure):  # struct sigevent: 64 bytes on every Linux ABI
             _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
@@ -73,18 +82,21 @@ class Backstop:
         class ITimerSpec(ctypes.Structure):
             _fields_ = [("interval", TimeSpec), ("value", TimeSpec)]
 
-        self._ctypes, self._TimeSpec, self._ITimerSpec = ctypes, TimeSpec, ITimerSpec
+        self._TimeSpec: type[ctypes.Structure] = TimeSpec
+        self._ITimerSpec: type[ctypes.Structure] = ITimerSpec
         event = SigEvent(signo=signal.SIGKILL, notify=SIGEV_SIGNAL)
         timer = ctypes.c_void_p()
         if timer_create(CLOCK_BOOTTIME, ctypes.byref(event), ctypes.byref(timer)) == 0:
             self._timer = timer
         else:
-            self.error = f"timer_create failed: {os.strerror(ctypes.get_errno()) or 'unknown error'}"
+            self.error = f"timer_create failed: {_errno_text()}"
 
     def _set(self, seconds: float) -> bool:
+        import ctypes  # imported by __init__ already: only a name to look up
+
         whole = int(seconds)
         spec = self._ITimerSpec(value=self._TimeSpec(whole, int((seconds - whole) * 1e9)))
-        return self._timer_settime(self._timer, 0, self._ctypes.byref(spec), None) == 0
+        return self._timer_settime(self._timer, 0, ctypes.byref(spec), None) == 0
 
     def arm(self, at: float) -> None:
         """Kill lockrun at monotonic time ``at`` unless armed again or disarmed first."""
@@ -93,7 +105,7 @@ class Backstop:
                 return
             # An all-zero time would disarm the timer: a moment already past fires at once.
             if not self._set(max(1e-9, at - time.monotonic())):
-                self.error = f"timer_settime failed: {os.strerror(self._ctypes.get_errno()) or 'unknown error'}"
+                self.error = f"timer_settime failed: {_errno_text()}"
                 self._set(0.0)  # never let an older expiry fire in the middle of a renewed lease
                 self._retired = True
 
@@ -103,3 +115,10 @@ class Backstop:
             if self._timer is not None and not self._retired:
                 self._set(0.0)
             self._retired = True
+
+
+def _errno_text() -> str:
+    """What the C library's errno says after a failed timer call."""
+    import ctypes
+
+    return os.strerror(ctypes.get_errno()) or "unknown error"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TypeGuard
 
 
 @functools.cache
@@ -26,7 +27,7 @@ def boot_id() -> str:
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
 
 
-def valid_pid(pid) -> bool:
+def valid_pid(pid: object) -> TypeGuard[int]:
     """Could ``pid`` be a process id at all? (Records read back may hold anything.)"""
     return isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid <= PID_MAX
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from lockrun.clock import parse_iso
 from lockrun.ledger import Ledger
@@ -45,7 +45,7 @@ class JobFacts(NamedTuple):
     """What the metrics say about one lock name, from this host's ledger or the fleet record."""
 
     name: str
-    last: dict | None  # the newest finished run, as history --json shows it
+    last: dict[str, Any] | None  # the newest finished run, as history --json shows it
     last_success_at: str | None  # ISO end time of the newest succeeded run
     counts: dict[str, int]  # runs by final status
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from pathlib import Path
 from typing import NamedTuple
 
 from lockrun import host
@@ -20,8 +21,10 @@ from lockrun.status import zombie_reason
 
 
 class Inspection(NamedTuple):
+    """One holder of a lock, as ``unlock`` judged it."""
+
     name: str
-    holder: Holder | None
+    holder: Holder
     heartbeat_age_s: float | None = None
     zombie_reason: str | None = None
 
@@ -31,7 +34,7 @@ class Inspection(NamedTuple):
 
     @property
     def cooling(self) -> bool:
-        return self.holder is not None and bool(self.holder.cooling_until)
+        return bool(self.holder.cooling_until)
 
     @property
     def clearable(self) -> bool:
@@ -41,8 +44,6 @@ class Inspection(NamedTuple):
     def describe(self) -> list[str]:
         """Lines for the operator: who holds it, since when, and whether it looks alive."""
         h = self.holder
-        if h is None:
-            return [f"{self.name!r} is not held"]
         token = (h.token or "")[:8]
         lines = [
             f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
@@ -83,14 +84,12 @@ def _who() -> str:
     return f"{user}@{host.hostname()} pid {os.getpid()}"
 
 
-def clear(backend: Backend, inspection: Inspection, ledger_path, argv: list[str]) -> tuple[bool, str | None]:
+def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: list[str]) -> tuple[bool, str | None]:
     """Delete the lock if it still holds the inspected token; record it.
 
     Returns (cleared, warning about the ledger or None).
     """
     holder = inspection.holder
-    if holder is None:
-        return False, None
     kind = ("malformed" if holder.foreign else "cooling" if inspection.cooling else "zombie" if inspection.zombie
             else "live (forced)")
     note = (

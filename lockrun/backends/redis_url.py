@@ -8,6 +8,7 @@ URL through :func:`redact_url` or :func:`url_without_credentials`, never as give
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
@@ -126,7 +127,7 @@ def without_password(url: str) -> str:
     return f"{scheme}://{netloc}{slash}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if hash_ else "")
 
 
-def environment_for_command(environ: dict[str, str]) -> dict[str, str]:
+def environment_for_command(environ: Mapping[str, str]) -> dict[str, str]:
     """lockrun's environment minus its own secrets: what the command may inherit."""
     env = dict(environ)
     if env.get("LOCKRUN_REDIS_URL"):
