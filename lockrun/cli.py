@@ -6,9 +6,10 @@ exceptions into a message line and an exit code.
 
 from __future__ import annotations
 
-import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 
 import click
 
@@ -17,6 +18,23 @@ from lockrun.backends.redis_url import validate_redis_url
 from lockrun.clock import iso_ago
 from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
 from lockrun.record import Status
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from lockrun.backends import Backend
+    from lockrun.ledger import Ledger
+    from lockrun.unlock import Inspection
+
+    # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
+    # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
+    ParamTypeBase = click.ParamType[object, object]
+else:
+    ParamTypeBase = click.ParamType
+
+#: A validator from settings: (the text given, the option's name for messages) -> the value.
+Validator = Callable[[str, str], object]
+F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 TOP_LEVEL_ONLY = ("-h", "--help", "--version")
@@ -32,7 +50,7 @@ def _say(message: str) -> None:
 # --- parameter types: each wraps one validator from settings ----------------------------
 
 
-class Validated(click.ParamType):
+class Validated(ParamTypeBase):
     """A click type that defers to one validator from settings.
 
     The validator's message becomes click's "Invalid value for '--opt'" line.
@@ -40,12 +58,12 @@ class Validated(click.ParamType):
     own "invalid --opt 'x':" prefix, which click already says.
     """
 
-    def __init__(self, name: str, validate, echo_value: bool = True) -> None:
+    def __init__(self, name: str, validate: Validator, echo_value: bool = True) -> None:
         self.name = name
         self.validate = validate
         self.echo_value = echo_value
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
         if not isinstance(value, str):
             return value  # a default, already of the right type
         try:
@@ -67,7 +85,7 @@ LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value),
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
-def _moment(value: str, what: str):
+def _moment(value: str, what: str) -> float | datetime:
     from lockrun.timeline import parse_moment  # not at import time: `run` never needs it
 
     return parse_moment(value, what)
@@ -91,7 +109,7 @@ class LockrunGroup(click.Group):
     ``-h``, ``--help`` and ``--version`` as the first argument belong to the top level.
     """
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0].startswith("-") and args[0] not in TOP_LEVEL_ONLY:
             args = self._subcommand_after_globals(args) or ["run", *args]
         return super().parse_args(ctx, args)
@@ -110,21 +128,28 @@ class LockrunGroup(click.Group):
         return None
 
 
-def _remember_global(ctx, param, value):
+def _remember_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    name = param.name or param.opts[0]  # every global option has a name: --redis-url is redis_url
     given = ctx.meta.setdefault("lockrun.globals", {})
-    given[param.name] = value
+    given[name] = value
     if value is not None:  # where it came from, for the hint that compares shells and runs
-        from_env = ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT
-        given[f"{param.name}_from"] = param.envvar if from_env else param.opts[0]
+        from_env = ctx.get_parameter_source(name) == click.core.ParameterSource.ENVIRONMENT
+        given[f"{name}_from"] = param.envvar if from_env else param.opts[0]
     return value
 
 
+class _GlobalOption(TypedDict):
+    expose_value: bool
+    callback: Callable[[click.Context, click.Parameter, str | None], str | None]
+    is_eager: bool
+
+
 # Global options are not parameters of each command: a callback keeps them in ctx.meta.
-_GLOBAL = {"expose_value": False, "callback": _remember_global, "is_eager": True}
+_GLOBAL: _GlobalOption = {"expose_value": False, "callback": _remember_global, "is_eager": True}
 GLOBAL_OPTION_NAMES = ("--config", "--redis-url", "--redis-ca", "--prefix", "--ledger")
 
 
-def global_options(fn):
+def global_options(fn: F) -> F:
     """The settings every subcommand accepts (README, "Usage"); read back with :func:`_settings`."""
     options = [
         click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
@@ -144,7 +169,7 @@ def global_options(fn):
     return fn
 
 
-def _settings(ctx, ttl=None) -> settings.Settings:
+def _settings(ctx: click.Context, ttl: float | None = None) -> settings.Settings:
     """Flag/environment values of the global options > config file > defaults."""
     given = ctx.meta.get("lockrun.globals", {})
     return settings.resolve(
@@ -229,9 +254,13 @@ def cli() -> None:
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
-def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once, once_per, remember, slots, min_hold,
-        replace, replicas, metrics_file, notify_urls, notify_on, notify_format, ping_url, ping_on_busy, capture_tail,
-        verbose, quiet, command):
+def run(
+    ctx: click.Context, name: str | None, ttl: float | None, wait: float | None, timeout: float | None,
+    kill_after: float, on_lost: str, busy_exit_code: int, once: str | None, once_per: str | None, remember: float,
+    slots: int, min_hold: float | None, replace: bool, replicas: int | str | None, metrics_file: str | None,
+    notify_urls: tuple[str, ...], notify_on: tuple[str, ...], notify_format: str, ping_url: str | None,
+    ping_on_busy: bool, capture_tail: int | None, verbose: bool, quiet: bool, command: tuple[str, ...],
+) -> NoReturn:
     """Run COMMAND while holding the lock NAME.
 
     \b
@@ -303,7 +332,7 @@ def run(ctx, name, ttl, wait, timeout, kill_after, on_lost, busy_exit_code, once
     ctx.exit(outcome.exit_code)
 
 
-def _replicas_for(resolved: settings.Settings, flag):
+def _replicas_for(resolved: settings.Settings, flag: int | str | None) -> int | str:
     """--replicas, else the config file's ``replicas``; only a Redis backend has replicas to wait for."""
     replicas = flag if flag is not None else resolved.replicas
     if replicas and not resolved.redis_url:
@@ -319,7 +348,7 @@ def _replicas_for(resolved: settings.Settings, flag):
 # --- status, unlock, history, prune ----------------------------------------------------------------
 
 
-def _open_ledger_for_reading(path, required: bool = True):
+def _open_ledger_for_reading(path: Path, required: bool = True) -> Ledger | None:
     """The ledger if there is one (None if there is none yet).
 
     One that exists but cannot be read is an error (exit 1) for the commands whose whole
@@ -341,14 +370,14 @@ def _open_ledger_for_reading(path, required: bool = True):
         return None
 
 
-def _other_backend_hint(book, resolved: settings.Settings, names: list[str] | None) -> str | None:
+def _other_backend_hint(book: Ledger | None, resolved: settings.Settings, names: list[str] | None) -> str | None:
     """One line when this host's recent runs used another backend than this shell (see backend_hint)."""
     from lockrun.backend_hint import other_backend_hint
 
     return other_backend_hint(book, resolved.backend_name, resolved.backend_where, resolved.backend_from, names)
 
 
-def complete_lock_names(ctx, param, incomplete):
+def complete_lock_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion: the names of held locks; silently nothing when the backend is unreachable."""
     try:
         from lockrun.backends import open_backend
@@ -368,7 +397,7 @@ def complete_lock_names(ctx, param, incomplete):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {backend, locks: [...]}, one entry per lock.")
 @global_options
 @click.pass_context
-def status(ctx, names, as_json):
+def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoReturn:
     """Show who holds which lock, whether the holder is alive, and the last run.
 
     \b
@@ -385,32 +414,28 @@ def status(ctx, names, as_json):
     """
     from lockrun import render
     from lockrun.backends import open_backend
-    from lockrun.errors import BackendUnavailable
-    from lockrun.status import ledger_view, lock_states
+    from lockrun.status import status_view
 
     resolved = _settings(ctx)
     backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     book = _open_ledger_for_reading(resolved.ledger_path, required=False)
     wanted = list(names) if names else None
-    error = None
     try:
-        locks = lock_states(backend, book, wanted)
-    except BackendUnavailable as exc:
-        error = exc
-        locks = ledger_view(book, wanted)
+        view = status_view(backend, book, wanted)
     finally:
         backend.close()
         hint = _other_backend_hint(book, resolved, wanted)
         if book is not None:
             book.close()
     if as_json:
-        render.print_json({"backend": backend.name, "locks": locks})
+        render.print_json({"backend": backend.name, "locks": view.locks})
     else:
-        render.status_table(backend.name, resolved.redacted_url or "", locks, unreachable=error is not None)
+        render.status_table(backend.name, resolved.redacted_url or "", view.locks,
+                            unreachable=view.unreachable is not None)
     if hint:
         _say(hint)
-    if error is not None:
-        raise error
+    if view.unreachable is not None:
+        raise view.unreachable
     ctx.exit(0)
 
 
@@ -422,7 +447,9 @@ def status(ctx, names, as_json):
 @click.option("--all", "every_holder", is_flag=True, help="With --slots: every holder (live ones only with --force).")
 @global_options
 @click.pass_context
-def unlock(ctx, name, force, yes, token_prefix, every_holder):
+def unlock(
+    ctx: click.Context, name: str, force: bool, yes: bool, token_prefix: str | None, every_holder: bool
+) -> NoReturn:
     """Clear a lock whose holder crashed (a zombie), never a live one unless --force.
 
     \b
@@ -473,14 +500,18 @@ def unlock(ctx, name, force, yes, token_prefix, every_holder):
             ctx.exit(1)
         code = 0
         for inspection in holders:
-            code = max(code, _unlock_one(unlocking, backend, inspection, force, yes, resolved.ledger_path, argv))
+            code = max(code, _unlock_one(backend, inspection, force, yes, resolved.ledger_path, argv))
     finally:
         backend.close()
     ctx.exit(code)
 
 
-def _unlock_one(unlocking, backend, inspection, force: bool, yes: bool, ledger_path, argv) -> int:
+def _unlock_one(
+    backend: Backend, inspection: Inspection, force: bool, yes: bool, ledger_path: Path, argv: list[str]
+) -> int:
     """Show one holder, judge it, ask, clear exactly its token. Returns the exit code."""
+    from lockrun import unlock as unlocking
+
     name = inspection.name
     for line in inspection.describe():
         click.echo(line)
@@ -529,7 +560,10 @@ STATUS_CHOICES = [status.value for status in Status]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: an array of runs, newest first.")
 @global_options
 @click.pass_context
-def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json):
+def history(
+    ctx: click.Context, name: str | None, limit: int, status_filter: str | None, since: float | None, fleet: bool,
+    host_filter: str | None, as_json: bool,
+) -> NoReturn:
     """Show the runs recorded in the ledger, newest first.
 
     \b
@@ -550,8 +584,10 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
     since_iso = iso_ago(since) if since is not None else None
     hint = None
     if fleet and resolved.redis_url:
-        rows = _fleet_call(resolved, lambda record, backend: _fleet_history(
-            record, backend, name, host_filter, limit, status_filter, since))
+        from lockrun import sources
+
+        rows = sources.fleet_history(resolved, name, host=host_filter, limit=limit, status=status_filter,
+                                     since_s=since)
     else:
         book = _open_ledger_for_reading(resolved.ledger_path)
         rows = []
@@ -570,27 +606,6 @@ def history(ctx, name, limit, status_filter, since, fleet, host_filter, as_json)
     ctx.exit(0)
 
 
-def _fleet_call(resolved, read):
-    """Open the Redis backend, call ``read(fleet_record, backend)``, close it; unreachable is exit 69."""
-    from lockrun.backends import open_backend
-
-    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
-    try:
-        return read(backend.fleet_record(), backend)
-    finally:
-        backend.close()
-
-
-def _fleet_history(record, backend, name, host_filter, limit, status_filter, since):
-    import time
-
-    from lockrun import fleet
-
-    since_ms = max(0, int((time.time() - since) * 1000)) if since is not None else None
-    return fleet.history(record, backend.holders, name, host=host_filter, limit=limit, status=status_filter,
-                         since_ms=since_ms)
-
-
 @cli.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
 @click.option("--since", type=MOMENT, default="24h", show_default=True,
@@ -607,7 +622,10 @@ def _fleet_history(record, backend, name, host_filter, limit, status_filter, sin
               help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it.")
 @global_options
 @click.pass_context
-def timeline(ctx, names, since, until, fleet, host_filter, by_host, width, svg_path):
+def timeline(
+    ctx: click.Context, names: tuple[str, ...], since: float | datetime, until: float | datetime | None, fleet: bool,
+    host_filter: str | None, by_host: bool, width: int | None, svg_path: str | None,
+) -> NoReturn:
     """Draw the runs of a window of time: one row per lock name, a bar per run.
 
     \b
@@ -624,6 +642,7 @@ def timeline(ctx, names, since, until, fleet, host_filter, by_host, width, svg_p
     is unreachable).
     """
     from lockrun import render_timeline as drawing
+    from lockrun import sources
     from lockrun import timeline as tl
 
     resolved = _settings(ctx)
@@ -633,12 +652,12 @@ def timeline(ctx, names, since, until, fleet, host_filter, by_host, width, svg_p
     book = None if from_fleet else _open_ledger_for_reading(resolved.ledger_path)
     try:
         if from_fleet:
-            rows = _fleet_call(resolved, lambda record, backend: _fleet_rows_in(record, backend, window, wanted))
+            rows = sources.fleet_rows_in(resolved, window, wanted)
             lanes = tl.lanes_from_rows(rows, window, host=host_filter, by_host=by_host)
             labels, charts = [tl.label(lane.name, lane.host) for lane in lanes], tl.layout(lanes, window)
         else:
-            labels, charts = _timeline_charts(book, window, wanted, host_filter, by_host,
-                                              detail=svg_path is not None)
+            labels, charts = sources.ledger_timeline(book, window, wanted, host_filter, by_host,
+                                                     detail=svg_path is not None)
         if svg_path is not None:
             from lockrun.host import hostname
 
@@ -659,58 +678,18 @@ def timeline(ctx, names, since, until, fleet, host_filter, by_host, width, svg_p
     ctx.exit(0)
 
 
-def _timeline_charts(book, window, names, host, by_host, detail):
-    """The lanes' labels, and their charts as a stream: from this host's ledger.
-
-    The seam for other sources: rows shaped like ``history --json`` (the fleet record's, say)
-    become lanes through ``timeline.lanes_from_rows(rows, window, host=..., by_host=...)``, then
-    charts through ``timeline.layout``.
-    """
-    from lockrun import timeline as tl
-
-    if book is None:
-        lanes = [tl.Lane(name, None, [], []) for name in names or []]
-        return [lane.name for lane in lanes], tl.layout(lanes, window)
-    since, until = tl.iso(window.since), tl.iso(window.until)
-    keys = book.window_lanes(since, until, names, host=host, by_host=by_host)
-    runs = book.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
-                       with_host=by_host, detail=detail)
-    return [tl.label(name, lane_host) for name, lane_host in keys], tl.layout(tl.lanes(runs, by_host), window)
-
-
-def _fleet_rows_in(record, backend, window, names):
-    """Every host's runs that may overlap ``window``, from the fleet record: those that started in
-    it, or up to one window's length before it (a long run that began earlier still shows)."""
-    from lockrun import fleet
-
-    since_ms = max(0, int((window.since.timestamp() - window.seconds) * 1000))
-    rows = []
-    for name in names or [None]:
-        rows += fleet.history(record, backend.holders, name, limit=settings.MAX_HISTORY_LIMIT, since_ms=since_ms)
-    return rows
-
-
 def _write_file(path: str, text: str) -> None:
     """``-`` is standard output; a file is replaced whole (written beside it, then renamed)."""
     if path == "-":
         sys.stdout.write(text)
         return
     import os
-    import tempfile
 
-    target = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".lockrun-")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # as an ordinary new file would be, not mkstemp's 0600
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    from lockrun.safefs import write_atomically
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    write_atomically(path, text.encode("utf-8"), mode=0o666 & ~umask)  # as an ordinary new file would be
 
 
 @cli.command(context_settings=CONTEXT)
@@ -718,7 +697,7 @@ def _write_file(path: str, text: str) -> None:
               help=f"Delete finished runs older than DURATION (90d; at most {settings.MAX_DURATION_TEXT}).")
 @global_options
 @click.pass_context
-def prune(ctx, older_than):
+def prune(ctx: click.Context, older_than: float) -> NoReturn:
     """Delete old runs from the ledger (never running ones).
 
     \b
@@ -752,7 +731,7 @@ RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: the run as in history --json, plus output_tail.")
 @global_options
 @click.pass_context
-def show(ctx, run_id, fleet, as_json):
+def show(ctx: click.Context, run_id: str, fleet: bool, as_json: bool) -> NoReturn:
     """Show one run from the ledger, with its output tail (--capture-tail).
 
     \b
@@ -775,10 +754,10 @@ def show(ctx, run_id, fleet, as_json):
     events = None
     if found is None and fleet and resolved.redis_url:
         from lockrun import fleet as fleet_record
+        from lockrun import sources
 
         try:
-            seen = _fleet_call(resolved, lambda record, backend: fleet_record.find_run(record, backend.holders,
-                                                                                        run_id))
+            seen = sources.fleet_run(resolved, run_id)
         except fleet_record.FleetReadError as exc:
             _say(str(exc))
             ctx.exit(1)
@@ -802,7 +781,7 @@ def show(ctx, run_id, fleet, as_json):
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @global_options
 @click.pass_context
-def metrics(ctx, fleet):
+def metrics(ctx: click.Context, fleet: bool) -> NoReturn:
     """Print the ledger as Prometheus metrics (text exposition format).
 
     \b
@@ -820,10 +799,9 @@ def metrics(ctx, fleet):
 
     resolved = _settings(ctx)
     if fleet and resolved.redis_url:
-        from lockrun import fleet as fleet_record
+        from lockrun import sources
 
-        facts = _fleet_call(resolved, lambda record, backend: fleet_record.facts(record))
-        sys.stdout.write(exposition.exposition(facts))
+        sys.stdout.write(exposition.exposition(sources.fleet_facts(resolved)))
         ctx.exit(0)
     book = _open_ledger_for_reading(resolved.ledger_path)
     if book is None:

@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from lockrun.clock import human_duration, seconds_since
 from lockrun.record import Status
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from lockrun.status import LockEntry
+
+#: A run as ``history --json`` prints it (README, "Ledger fields").
+Row = dict[str, Any]
 
 STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG
@@ -39,14 +50,14 @@ STYLE_HEX = {
 }
 
 
-def print_json(value) -> None:
+def print_json(value: object) -> None:
     """Indented for a person at a terminal; compact for a pipe, where the C encoder is
     several times faster (json's indent= forces the pure-Python one)."""
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(value, indent=indent) + "\n")
 
 
-def _console():
+def _console() -> Console:
     from rich.console import Console
 
     # rich honours NO_COLOR and FORCE_COLOR itself, and drops colour when stdout is
@@ -55,7 +66,7 @@ def _console():
     return Console(highlight=False, width=width, soft_wrap=False)
 
 
-def _table(*columns: str):
+def _table(*columns: str) -> Table:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -75,11 +86,11 @@ def _when(iso: str | None) -> str:
     return f"{iso[:10]} {iso[11:19]}Z" if iso else "-"
 
 
-def _command(command: list[str] | None) -> str:
+def _command(command: Sequence[str] | None) -> str:
     return " ".join(command or []) or "-"
 
 
-def _exit_parts(row: dict) -> tuple[str, str | None]:
+def _exit_parts(row: Row) -> tuple[str, str | None]:
     """What cron saw, and how the command ended when that says more: ("124", "sig 15"),
     ("76", "sig 9"), ("3", None), ("75", None). Rows written before lockrun recorded its exit
     status have the command's code alone (or "sig N")."""
@@ -93,13 +104,13 @@ def _exit_parts(row: dict) -> tuple[str, str | None]:
     return str(row["exit_status"]), command
 
 
-def exit_text(row: dict) -> str:
+def exit_text(row: Row) -> str:
     """``124 (sig 15)``, ``3``, ``-``: the history table's EXIT column."""
     status, command = _exit_parts(row)
     return f"{status} ({command})" if command else status
 
 
-def status_table(backend: str, where: str, locks: list[dict], unreachable: bool = False) -> None:
+def status_table(backend: str, where: str, locks: list[LockEntry], unreachable: bool = False) -> None:
     from rich.markup import escape
 
     console = _console()
@@ -136,7 +147,7 @@ def status_table(backend: str, where: str, locks: list[dict], unreachable: bool 
             console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
 
 
-def history_table(rows: list[dict]) -> None:
+def history_table(rows: list[Row]) -> None:
     console = _console()
     if not rows:
         console.print("no runs recorded")
@@ -156,7 +167,7 @@ def history_table(rows: list[dict]) -> None:
     console.print(table)
 
 
-def run_details(row: dict, tail: str | None) -> None:
+def run_details(row: Row, tail: str | None) -> None:
     """One run, field by field, then its output tail as it was (no markup)."""
     width = max(len(key) for key in row)
     lines = []

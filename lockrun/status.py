@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypedDict
+
 from lockrun import fleet, host
 from lockrun.backends import Backend, Holder
 from lockrun.clock import seconds_since
-from lockrun.errors import LedgerError
+from lockrun.errors import BackendUnavailable, LedgerError
 from lockrun.ledger import Ledger
 from lockrun.record import Status
+
+
+class LockEntry(TypedDict):
+    """One lock (one holder of it, under --slots) as ``status --json`` lists it (README, "Operating it")."""
+
+    name: str
+    state: str  # free, held, zombie, cooling, malformed; unknown when the backend could not be asked
+    token: str | None
+    run_id: str | None
+    host: str | None
+    pid: int | None
+    child_pid: int | None
+    command: Sequence[str] | None
+    started_at: str | None
+    heartbeat_at: str | None
+    heartbeat_age_s: float | None
+    ttl_remaining_s: float | None
+    problem: str | None
+    last_run: dict[str, Any] | None  # the newest finished run, as history --json shows it
 
 
 def zombie_reason(holder: Holder, age: float | None) -> str | None:
@@ -36,14 +58,14 @@ def lock_state(holder: Holder, age: float | None) -> str:
     return "zombie" if zombie_reason(holder, age) else "held"
 
 
-def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
+def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None) -> LockEntry:
     """One lock as ``status --json`` lists it (README, "Operating it")."""
     if holder is None:
-        fields = dict.fromkeys(
-            ("token", "run_id", "host", "pid", "child_pid", "command", "started_at", "heartbeat_at",
-             "heartbeat_age_s", "ttl_remaining_s", "problem"),
-        )
-        return {"name": name, "state": "free", **fields, "last_run": last_run}
+        return {
+            "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
+            "child_pid": None, "command": None, "started_at": None, "heartbeat_at": None,
+            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run,
+        }
     age = seconds_since(holder.heartbeat_at)
     state = lock_state(holder, age)
     return {
@@ -64,7 +86,7 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict | None) -> dict:
     }
 
 
-def newer_run(mine: dict | None, theirs: dict | None) -> dict | None:
+def newer_run(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dict[str, Any] | None:
     """The newer of this host's last finished run and the fleet's (by when it ended)."""
     if mine is None or theirs is None:
         return mine or theirs
@@ -74,7 +96,7 @@ def newer_run(mine: dict | None, theirs: dict | None) -> dict | None:
     return theirs if (theirs["ended_at"] or theirs["started_at"] or "") > ours_ended else mine
 
 
-def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> list[dict]:
+def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> list[LockEntry]:
     """Held locks (or exactly the named ones, held or free), each with its last finished run:
     the newer of this host's ledger and the fleet record (a shared backend's memory of every host)."""
     held: dict[str, list[Holder]] = {}
@@ -83,16 +105,16 @@ def lock_states(backend: Backend, ledger: Ledger | None, names: list[str] | None
     wanted = sorted(held) if names is None else list(dict.fromkeys(names))
     record = backend.fleet_record()
     fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
-    entries = []
+    entries: list[LockEntry] = []
     for name in wanted:
         mine = _last_finished(ledger, name) if ledger is not None else None
         last_run = newer_run(mine, fleet_last.get(name))
-        for holder in held.get(name) or [None]:
-            entries.append(lock_entry(name, holder, last_run))
+        holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
+        entries.extend(lock_entry(name, holder, last_run) for holder in holders)
     return entries
 
 
-def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[dict]:
+def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[LockEntry]:
     """What the ledger alone knows, for when the backend cannot be asked.
 
     Runs in progress on this host are listed with state ``unknown``: without the
@@ -112,12 +134,28 @@ def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[dict]:
         row = by_name.get(name)
         entry["state"] = "unknown"
         if row is not None:
-            entry.update({key: row[key] for key in ("run_id", "host", "pid", "command", "started_at")})
+            entry["run_id"], entry["host"], entry["pid"] = row["run_id"], row["host"], row["pid"]
+            entry["command"], entry["started_at"] = row["command"], row["started_at"]
         entries.append(entry)
     return entries
 
 
-def _last_finished(ledger: Ledger, name: str) -> dict | None:
+class StatusView(NamedTuple):
+    """What ``status`` shows: the locks, and why the backend could not be asked (None if it could)."""
+
+    locks: list[LockEntry]
+    unreachable: BackendUnavailable | None
+
+
+def status_view(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> StatusView:
+    """The locks as the backend knows them; when it cannot be reached, what the ledger alone knows."""
+    try:
+        return StatusView(lock_states(backend, ledger, names), None)
+    except BackendUnavailable as exc:
+        return StatusView(ledger_view(ledger, names), exc)
+
+
+def _last_finished(ledger: Ledger, name: str) -> dict[str, Any] | None:
     try:
         return ledger.last_finished(name)
     except LedgerError:
