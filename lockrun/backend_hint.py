@@ -16,6 +16,7 @@ from lockrun.errors import LedgerError
 from lockrun.ledger import Ledger
 
 RECENT_S = 7 * 86400.0  # runs older than this describe how things were, not how they are
+FUTURE_S = 3600.0  # a row further in the future than this was not written by this host's clock
 
 
 def _shown(text: str | None) -> str | None:
@@ -33,6 +34,16 @@ def _describe(backend: str, where: str | None, origin: str | None) -> str:
     if not where:
         return "the redis backend (how it was configured was not recorded)"
     return f"redis {where}" + (f" (from {origin})" if origin else "")
+
+
+def _readable(row: dict[str, Any]) -> bool:
+    """A row lockrun could have written: any other is no evidence of how this host runs."""
+    if not isinstance(row["name"], str) or row["backend"] not in ("local", "redis"):
+        return False
+    if any(row[key] is not None and not isinstance(row[key], str) for key in ("backend_where", "backend_from")):
+        return False
+    age = seconds_since(row["started_at"])
+    return age is not None and age >= -FUTURE_S
 
 
 def _differs(row: dict[str, Any], backend: str, where: str) -> bool:
@@ -54,14 +65,15 @@ def other_backend_hint(
         return None
     newest: dict[str, dict[str, Any]] = {}
     for row in rows:  # newest first: the first row of a name is how it runs now
-        newest.setdefault(row["name"], row)
+        if _readable(row):
+            newest.setdefault(row["name"], row)
     others = [row for row in newest.values() if _differs(row, backend, where)]
     if not others:
         return None
     first = others[0]
     quoted = [repr(row["name"]) for row in others[:2]]
     who = " and ".join(quoted) if len(others) <= 2 else f"{', '.join(quoted)} and {len(others) - 2} more"
-    ago = human_duration(seconds_since(first["started_at"]))
+    ago = human_duration(max(0.0, seconds_since(first["started_at"]) or 0.0))
     shell = _describe(backend, where, None if backend == "local" else origin)
     if backend == "local":
         shell += f" ({origin})"

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,8 +46,10 @@ SIGEV_SIGNAL = 0
 TimerCall = Callable[..., int]
 
 
-def _timer_api() -> tuple[TimerCall, TimerCall] | None:
-    """``(timer_create, timer_settime)`` from the C library, or None where there is none."""
+def _timer_api() -> tuple[ModuleType, TimerCall, TimerCall] | None:
+    """``(ctypes, timer_create, timer_settime)`` from the C library, or None where there is none.
+
+    The one seam for tests that play a kernel refusing the timer (tests/test_hostile.py)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
@@ -54,7 +57,7 @@ def _timer_api() -> tuple[TimerCall, TimerCall] | None:
     for name in (None, "librt.so.1"):  # glibc >= 2.34 has timers in libc itself
         try:
             lib = ctypes.CDLL(name, use_errno=True)
-            return lib.timer_create, lib.timer_settime
+            return ctypes, lib.timer_create, lib.timer_settime
         except (OSError, AttributeError):
             continue
     return None  # pragma: no cover - a libc without POSIX timers
@@ -69,7 +72,7 @@ class Backstop:
         api = _timer_api()
         if api is None:
             return
-        timer_create, self._timer_settime = api
+        _, timer_create, self._timer_settime = api
         import ctypes
 
         class SigEvent(ctypes.Structure):  # struct sigevent: 64 bytes on every Linux ABI

@@ -17,6 +17,7 @@ from lockrun import __version__, settings
 from lockrun.backends.redis_url import validate_redis_url
 from lockrun.clock import iso_ago
 from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
+from lockrun.printable import printable
 from lockrun.record import Status
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 def _say(message: str) -> None:
     if sys.stderr is None:  # started with stderr closed: nobody to tell
         return
-    sys.stderr.write(f"lockrun: {message}\n")
+    sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
     sys.stderr.flush()
 
 
@@ -494,7 +495,7 @@ def unlock(
         if len(holders) > 1 and not every_holder:
             for inspection in holders:
                 for line in inspection.describe():
-                    click.echo(line)
+                    click.echo(printable(line))
             _say(f"refusing to guess: {name!r} has {len(holders)} holders (--slots); pick one with --token PREFIX,"
                  " or clear every clearable one with --all")
             ctx.exit(1)
@@ -514,7 +515,7 @@ def _unlock_one(
 
     name = inspection.name
     for line in inspection.describe():
-        click.echo(line)
+        click.echo(printable(line))  # the holder as Redis or its file describes it: anyone could have written it
     if not inspection.clearable and not force:
         why = ("it is malformed, and nothing shows that its holder is gone" if inspection.holder.problem
                else "its holder looks alive")

@@ -19,10 +19,9 @@ def iso_ago(seconds: float) -> str:
     return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime(ISO_FORMAT)
 
 
-def parse_iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    if not text.endswith("Z"):
+def parse_iso(text: object) -> datetime | None:
+    """A stored timestamp, or None for anything that is not one (rows may hold any type)."""
+    if not isinstance(text, str) or not text.endswith("Z"):
         return None
     try:
         # fromisoformat is C code, strptime is not: status parses one per held lock.
@@ -31,7 +30,7 @@ def parse_iso(text: str | None) -> datetime | None:
         return None
 
 
-def seconds_since(text: str | None, now: datetime | None = None) -> float | None:
+def seconds_since(text: object, now: datetime | None = None) -> float | None:
     """Age of a stored timestamp in seconds, or None if it cannot be read."""
     then = parse_iso(text)
     if then is None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockrun.clock import human_duration, seconds_since
+from lockrun.printable import printable
 from lockrun.record import Status
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def _table(*columns: str) -> Table:
 def _styled(text: str, style: str | None) -> str:
     from rich.markup import escape
 
-    return f"[{style}]{escape(text)}[/]" if style else escape(text)
+    shown = escape(printable(text))  # cells hold what other hosts wrote: no control characters
+    return f"[{style}]{shown}[/]" if style else shown
 
 
 def _when(iso: str | None) -> str:
@@ -173,9 +175,10 @@ def run_details(row: Row, tail: str | None) -> None:
     lines = []
     for key, value in row.items():
         shown = " ".join(value) if key == "command" else ("-" if value is None else value)
-        lines.append(f"{key.ljust(width)}  {shown}")
+        lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
     sys.stdout.write("\n".join(lines) + "\n")
     if tail is not None:
-        sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{tail}")
+        # Another host's output, perhaps: its lines and tabs as they were, escape sequences shown.
+        sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{printable(tail, keep=chr(10) + chr(9))}")
         if tail and not tail.endswith("\n"):
             sys.stdout.write("\n")

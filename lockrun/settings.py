@@ -331,13 +331,20 @@ def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError,
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except IsADirectoryError:
+        raise error(f"{what} {path} is not a regular file") from None
     except OSError as exc:
         raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory with its own error
+        os.close(fd)
+        raise error(f"{what} {path} is not a regular file")
     with os.fdopen(fd, "rb") as f:
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise error(f"{what} {path} is not a regular file")
             try:
                 check_owner_and_mode(path, st, what)
             except UnsafePath as exc:
@@ -394,8 +401,10 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
     """Read the first config file that exists; a file named explicitly must exist."""
     if explicit:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"config file {path} does not exist (named by --config or LOCKRUN_CONFIG)")
+        if not path.is_file():
+            raise ConfigError(f"config file {path} is not a regular file (named by --config or LOCKRUN_CONFIG)")
         candidates = [path]
     else:
         candidates = [p for p in default_config_paths() if p.is_file()][:1]

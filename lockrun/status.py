@@ -40,7 +40,8 @@ def zombie_reason(holder: Holder, age: float | None) -> str | None:
     if holder.foreign:
         return f"no lockrun run can hold it ({holder.problem})"
     if host.known_dead(holder.host, holder.boot_id, holder.pid, holder.pid_start):
-        return f"its lockrun process {holder.pid} no longer runs on this host"
+        which = f"process {holder.pid}" if holder.pid is not None else "process (its pid is not valid)"
+        return f"its lockrun {which} no longer runs on this host"
     if age is None or not holder.ttl_ms:
         return None
     ttl = holder.ttl_ms / 1000.0

@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -166,8 +167,36 @@ def test_an_info_hash_with_an_absurd_pid_hides_nothing(env, redis_server, tmp_pa
         other.wait(30)
     refused = run_lockrun(env, "unlock", "p", "--yes")
     assert refused.returncode == 1 and "malformed" in refused.stdout and "--force" in refused.stderr
-    assert run_lockrun(env, "unlock", "p", "--yes", "--force").returncode == 0
+    forced = run_lockrun(env, "unlock", "p", "--yes", "--force")
+    assert forced.returncode == 0 and "None" not in forced.stdout, forced.stdout  # the pid is not valid: say so
     assert client.exists("lockrun:{p}:lock", "lockrun:{p}:info") == 0
+
+
+def test_escape_sequences_in_records_reach_no_terminal(env, redis_server, tmp_path):
+    """Anyone who can write to Redis could clear the operator's screen through a host name."""
+    printed = run_lockrun(env, "-n", "tail", "--capture-tail", "1k", "--", "sh", "-c",
+                          "printf 'ok\\n\\033[31mred\\tcell\\n'; exit 3")
+    assert printed.returncode == 3 and "\x1b[31m" in printed.stdout  # the command's own output passes as it is
+    (run,) = json.loads(run_lockrun(env, "history", "--fleet", "tail", "--json").stdout)
+    client = redis_server.client()
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    client.set("lockrun:{esc}:lock", "tok", px=60000)
+    client.hset("lockrun:{esc}:info", mapping={
+        "token": "tok", "run_id": "e" * 32, "host": "h\x1b[2Jx", "boot_id": "elsewhere", "pid": "4242",
+        "pid_start": "1", "command": json.dumps(["job", "\x1b]0;owned\x07"]), "started_at": now,
+        "heartbeat_at": now, "ttl_ms": "60000", "fencing_token": "7"})
+    client.hset("lockrun:{esc}:last", mapping={"run_id": "f" * 32, "row": json.dumps(
+        {"run_id": "f" * 32, "name": "esc", "status": "failed", "exit_code": 3, "host": "o\x1bther",
+         "command": ["x"], "started_at": now, "ended_at": now})})
+    shown = [run_lockrun(env, "status"), run_lockrun(env, "unlock", "esc", "--yes"),
+             run_lockrun(env, "-v", "-n", "esc", "--", "true"), run_lockrun(env, "show", run["run_id"], "--fleet")]
+    for result in shown:
+        assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout + result.stderr, result
+    assert [r.returncode for r in shown] == [0, 1, 75, 0], [(r.returncode, r.stderr) for r in shown]
+    assert "h\\x1b[2Jx" in shown[0].stdout and "o\\x1bther" in shown[0].stdout
+    assert "h\\x1b[2Jx" in shown[1].stdout and "h\\x1b[2Jx" in shown[2].stderr
+    assert "ok\n\\x1b[31mred\tcell\n" in shown[3].stdout  # lines and tabs kept, the escape shown
+    assert json.loads(run_lockrun(env, "status", "--json", "esc").stdout)["locks"][0]["host"] == "h\x1b[2Jx"
 
 
 def test_a_lock_key_of_another_type_is_malformed_and_unlock_clears_it(env, redis_server, tmp_path):
@@ -418,6 +447,10 @@ def test_a_password_file_keeps_the_password_out_of_argv_and_env(tmp_path, secret
     assert_one_line(run_lockrun(env, "status"), 78, f"owned by uid {OTHER_UID}")
     secret.unlink()
     assert_one_line(run_lockrun(env, "status"), 78, "Redis password file", "cannot read it")
+    secret.mkdir()
+    assert_one_line(run_lockrun(env, "status"), 78, "Redis password file", "is not a regular file")
+    assert_one_line(run_lockrun({**env, "LOCKRUN_CONFIG": str(tmp_path)}, "status"), 78,
+                    "config file", "is not a regular file")
     assert "s3cret-pw" not in json.dumps(history(env))
 
 
@@ -583,6 +616,24 @@ class ReplyEater:
         self.listener.close()
         for sock in self.sockets:
             sock.close()
+
+
+def test_ledger_rows_of_any_type_never_break_the_backend_hint(local_env):
+    """The "this host's latest runs used another backend" note reads rows someone else may have written."""
+    assert run_lockrun(local_env, "-n", "g", "--", "true").returncode == 0
+    ledger = Path(local_env["LOCKRUN_STATE_DIR"]) / "ledger.db"
+    for assignment in ("started_at = X'FFFE', backend_where = '/elsewhere'",
+                       "started_at = '2999-01-01T00:00:00.000000Z', backend = 'redis'",
+                       "backend = X'00', backend_where = 'redis://h:6379/0'",
+                       "backend = 'redis', backend_where = 7, backend_from = X'01'"):
+        db = sqlite3.connect(ledger)
+        db.execute(f"UPDATE runs SET {assignment}")
+        db.commit()
+        db.close()
+        for args in (("history",), ("history", "--json"), ("status",), ("unlock", "g")):
+            result = run_lockrun(local_env, *args)
+            assert result.returncode == 0 and "internal error" not in result.stderr, (assignment, args, result.stderr)
+            assert "note:" not in result.stderr, (assignment, result.stderr)  # no evidence: no hint
 
 
 def test_a_lost_acquire_reply_under_slots_gives_back_the_slot(tmp_path, redis_server):
