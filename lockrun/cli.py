@@ -360,15 +360,31 @@ def _open_ledger_for_reading(path: Path, required: bool = True) -> Ledger | None
     from lockrun import host
     from lockrun.ledger import Ledger
 
-    if not os.path.lexists(path):
-        return None
     try:
+        if not os.path.lexists(path):
+            _check_ledger_directory(path.parent)  # no runs yet, or a directory no run could write in
+            return None
         return Ledger(path, known_dead=host.known_dead).open(create=False)
     except LedgerError as exc:
         if required:
             raise LedgerError(f"cannot read the run ledger: {exc}") from None
         _say(f"warning: cannot read the run ledger ({exc})")
         return None
+
+
+def _check_ledger_directory(folder: Path) -> None:
+    """Raise LedgerError when the ledger's directory exists but no run could keep a ledger there
+    (a file, a dangling link, writable by others): "no runs recorded" would hide the cause."""
+    import os
+
+    from lockrun.safefs import UnsafePath, private_dir
+
+    if not os.path.lexists(folder):
+        return  # nothing has run on this host yet
+    try:
+        private_dir(folder, "the ledger's directory", create=False)
+    except UnsafePath as exc:
+        raise LedgerError(str(exc)) from None
 
 
 def _other_backend_hint(book: Ledger | None, resolved: settings.Settings, names: list[str] | None) -> str | None:
@@ -706,10 +722,13 @@ def prune(ctx: click.Context, older_than: float) -> NoReturn:
 
     The config key ledger_keep_days does this automatically, at most once an hour.
     """
+    import os
+
     from lockrun.ledger import Ledger
 
     resolved = _settings(ctx)
-    if not resolved.ledger_path.exists():
+    if not os.path.lexists(resolved.ledger_path):  # a link is not "no ledger": opening it says what it is
+        _check_ledger_directory(resolved.ledger_path.parent)
         click.echo(f"no ledger at {resolved.ledger_path}; nothing to prune")
         ctx.exit(0)
     book = Ledger(resolved.ledger_path).open(create=False)

@@ -560,6 +560,29 @@ def test_an_unusable_state_directory_is_one_line_with_its_real_cause(any_env, tm
         assert "runs regardless" not in result.stderr and not ran.exists()
 
 
+@pytest.mark.parametrize("kind", ["file", "dangling-link", "writable-by-others"])
+def test_readers_name_an_unusable_state_directory_that_has_no_ledger_yet(local_env, tmp_path, kind):
+    """Not "no runs recorded": no run could have kept a ledger there, and the reader says why."""
+    state = tmp_path / "state-dir"
+    if kind == "file":
+        state.write_text("")
+        needle = "is a file, not a directory"
+    elif kind == "dangling-link":
+        state.symlink_to(tmp_path / "nowhere")
+        needle = "is a symbolic link to"
+    else:
+        state.mkdir()
+        os.chmod(state, 0o1777)
+        needle = "writable by group or others"
+    local_env["LOCKRUN_STATE_DIR"] = str(state)
+    for args in (("history",), ("show", "abcd"), ("metrics",), ("timeline",), ("prune", "--older-than", "1d")):
+        assert_one_line(run_lockrun(local_env, *args), 1, needle)
+    warned = run_lockrun(local_env, "status")
+    assert "Traceback" not in warned.stderr and needle in warned.stderr, warned.stderr
+    fresh = {**local_env, "LOCKRUN_STATE_DIR": str(tmp_path / "never-used")}  # nothing ran yet: no error
+    assert run_lockrun(fresh, "history").stdout == "no runs recorded\n"
+
+
 def test_a_corrupt_or_unreadable_ledger_is_an_error_for_history_and_show(any_env, tmp_path):
     ledger = tmp_path / "state" / "ledger.db"
     ledger.parent.mkdir(mode=0o700)
