@@ -19,6 +19,7 @@ round trip (backends/__init__.py); what is decided here is when to try again:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -119,10 +120,8 @@ class LeaseClient:
         """After a lost acquire reply (the script may have run) or too few replicas acknowledging
         it (``--replicas``): give back whatever our token holds (under ``--slots``, the slot)
         rather than leave it stuck for a whole TTL."""
-        try:
+        with contextlib.suppress(BackendUnavailable):  # the lease expires by itself within its TTL
             self.backend.release_token(self.name, self.token, self.slots)
-        except BackendUnavailable:
-            pass  # the lease expires by itself within its TTL
 
     def release(
         self, lease: Lease, *, lost: bool = False, succeeded: bool = False, hold_s: float = 0.0,

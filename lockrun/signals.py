@@ -16,6 +16,7 @@ is decided by the main loop (watch.py), beside lockrun's other reasons to stop i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -68,10 +69,8 @@ class SignalRelay:
 
     def wake(self) -> None:
         """Wake the main loop (thread-safe; called by the keeper)."""
-        try:
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: the loop is already awake
             os.write(self._wake_w, b"k")
-        except BlockingIOError:
-            pass  # the pipe is full: the loop is already awake
 
     def wait(self, until: float | None) -> None:
         """Sleep until something happens or the monotonic time ``until`` (None: 1 s)."""
@@ -93,7 +92,5 @@ class SignalRelay:
             signal.set_wakeup_fd(self._old_wakeup_fd)
             self._old_wakeup_fd = None
         for fd in (self._wake_r, self._wake_w):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -135,10 +136,8 @@ def _launcher(
             os._exit(0)  # lockrun decided not to run the command
         env = {**base_env, **json.loads(message)}
         if tty_fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.tcsetpgrp(tty_fd, os.getpid())  # SIGTTOU is still ignored here, as in lockrun
-            except OSError:
-                pass
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)
         if program:
             os.execve(program, argv, env)
@@ -221,10 +220,8 @@ class Supervisor:
         os.close(err_w)
         for fd in {fd for fd in output_fds or () if fd is not None}:
             os.close(fd)
-        try:
+        with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
-        except OSError:
-            pass
         self.pid = self.pgid = pid
         self.signals.forward_to(pid)
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
@@ -237,10 +234,8 @@ class Supervisor:
         self.prepare()
         assert self.pid is not None and self.pgid is not None and self._ctl_w is not None and self._err_r is not None
         message = json.dumps(extra_env or {}).encode()
-        try:
+        with contextlib.suppress(OSError):  # the launcher died: the error pipe below says so
             _write_all(self._ctl_w, message)
-        except OSError:
-            pass  # the launcher died: the error pipe below says so
         os.close(self._ctl_w)
         self._ctl_w = None
         if self._tty_candidate is not None:
@@ -276,10 +271,8 @@ class Supervisor:
             if fd is not None:
                 os.close(fd)
         self._ctl_w = self._err_r = self._output_routes = None
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
         self.pid = self.pgid = None
         self.signals.forward_to(None)
 
@@ -335,10 +328,8 @@ class Supervisor:
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
             self._pump.drain()
         if self._tty_fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())
-            except OSError:
-                pass
         self.watchdog.disarm()
         return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
 

@@ -11,6 +11,7 @@ of forking the Python process, and ~1 MiB of memory instead of a copy of lockrun
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 WATCHDOG_SCRIPT = (
@@ -47,10 +48,8 @@ class Watchdog:
             return
         self._write(b"disarm\n")
         if self._process.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._process.stdin.close()
-            except OSError:
-                pass
         self._process.wait()
         self._process = None
 
