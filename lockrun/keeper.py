@@ -41,8 +41,10 @@ class Keeper:
         wake: Callable[[], None],
         child_pid: Callable[[], int | None],
         on_renewed: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
+        self._clock = clock  # the monotonic clock; a parameter so that the unit tests can drive it
         self.lease = lease
         self.interval = lease.ttl / 3.0
         self.margin = safety_margin(lease.ttl)
@@ -117,26 +119,31 @@ class Keeper:
         self._wake()
 
     def _loop(self) -> None:
-        next_at = self._last_ok_sent + self.interval
-        while not self._stopped.wait(max(0.0, next_at - time.monotonic())):
-            sent = time.monotonic()
-            try:
-                found = self.backend.renew(self.lease, utc_now_iso(), self._child_pid())
-            except BackendUnavailable as exc:
-                with self._lock:
-                    self._last_error = str(exc)
-                next_at = time.monotonic() + self.retry_delay
-                continue
-            if found == LOST:
-                self._mark_lost("the lock was taken over or cleared (its token no longer matches)")
-                return
-            if found == PREEMPTED:
-                self.preempted = True
-                self._mark_lost("another run asked to replace this one (--replace)")
-                return
+        next_at: float | None = self._last_ok_sent + self.interval
+        while next_at is not None and not self._stopped.wait(max(0.0, next_at - self._clock())):
+            next_at = self.renew_once()
+
+    def renew_once(self) -> float | None:
+        """One renewal: when the next one is due (monotonic), or None once the lease is lost or
+        given up for a ``--replace``. A failed call changes nothing but the error; it is retried
+        after ``retry_delay``, and the deadline stays where the last success put it."""
+        sent = self._clock()
+        try:
+            found = self.backend.renew(self.lease, utc_now_iso(), self._child_pid())
+        except BackendUnavailable as exc:
             with self._lock:
-                self._last_ok_sent = sent
-                self._last_error = None
-            if self._on_renewed is not None:
-                self._on_renewed(sent + self.lease.ttl)
-            next_at = sent + self.interval
+                self._last_error = str(exc)
+            return self._clock() + self.retry_delay
+        if found == LOST:
+            self._mark_lost("the lock was taken over or cleared (its token no longer matches)")
+            return None
+        if found == PREEMPTED:
+            self.preempted = True
+            self._mark_lost("another run asked to replace this one (--replace)")
+            return None
+        with self._lock:
+            self._last_ok_sent = sent
+            self._last_error = None
+        if self._on_renewed is not None:
+            self._on_renewed(sent + self.lease.ttl)
+        return sent + self.interval

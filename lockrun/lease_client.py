@@ -46,8 +46,10 @@ class LeaseClient:
         slots: int = 1,
         once: OnceKey | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.backend, self.report, self.clock = backend, report, clock
+        # clock and sleep are parameters so that the unit tests can drive the waiting on a fake clock.
+        self.backend, self.report, self.clock, self.sleep = backend, report, clock, sleep
         self.name, self.ttl, self.slots, self.once = name, ttl, slots, once  # what each try asks for
         self.run_id, self.argv = run_id, argv  # what the holder record says of this run
         self.token = os.urandom(16).hex()  # from the kernel CSPRNG
@@ -137,7 +139,7 @@ class LeaseClient:
                                                 record=record)
             except BackendUnavailable as exc:
                 last_error = exc
-                time.sleep(0.05 * (attempt + 1))
+                self.sleep(0.05 * (attempt + 1))
                 continue
             self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
             return

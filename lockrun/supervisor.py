@@ -150,8 +150,12 @@ def _launcher(
 
 
 class Supervisor:
-    def __init__(self, argv: list[str], env: dict[str, str], capture_tail: int | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.argv = argv
+        self._clock = clock  # the monotonic clock of the kill schedule; a parameter for the unit tests
         self.env = env
         self.signals = SignalRelay()
         self.watchdog = Watchdog()
@@ -302,7 +306,7 @@ class Supervisor:
             self.kill_at = at if self.kill_at is None else min(self.kill_at, at)
 
     def kill_if_due(self) -> None:
-        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+        if self.kill_at is not None and self._clock() >= self.kill_at:
             self._signal_group(signal.SIGKILL)
             self.killed = True
             self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit

@@ -16,6 +16,7 @@ relay's self-pipe (signals.py) until the next deadline: no CPU while idle.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from lockrun.backstop import Backstop
 from lockrun.clock import utc_now_iso
@@ -47,16 +48,18 @@ def watch(
     kill_after: float,
     on_lost: str,
     report: Report,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Stop:
-    """Wait for the command to exit, stopping it on a lost lease or ``timeout``; say why it was stopped."""
+    """Wait for the command to exit, stopping it on a lost lease or ``timeout``; say why it was stopped.
+    ``clock`` is the monotonic clock the supervisor and the keeper use (a parameter for the unit tests)."""
     signals = supervisor.signals
-    timeout_at = time.monotonic() + timeout if timeout else None
+    timeout_at = clock() + timeout if timeout else None
     stop_reason: Status | None = None
     lost_note: str | None = None
     escalated_after: int | None = None
     lease_lost = False
     while not supervisor.child_exit_pending():
-        now = time.monotonic()
+        now = clock()
         if signals.received and escalated_after is None:
             # A forwarded SIGTERM, SIGINT or SIGHUP asks the command to stop: one that ignores
             # it is killed after --kill-after, so that nothing waits on it forever.
