@@ -54,6 +54,16 @@ def test_the_deadlines_of_a_fresh_lease(clock: FakeClock, backend: FakeBackend) 
     assert keeper.must_stop_at < keeper.kill_deadline() < backstop_for(keeper.expires_at, 30.0) < keeper.expires_at
 
 
+def test_the_worked_example_of_docs_internals(clock: FakeClock, backend: FakeBackend) -> None:
+    # docs/internals.md, "The lease deadline arithmetic": --ttl 120 --kill-after 10.
+    keeper = Harness(clock, backend, ttl=120.0, kill_after=10.0).keeper
+    assert keeper.interval == 40.0
+    assert keeper.must_stop_at == pytest.approx(START + 107.6)
+    assert keeper.kill_deadline() == pytest.approx(START + 117.6)
+    assert backstop_for(keeper.expires_at, 120.0) == pytest.approx(START + 118.8)
+    assert keeper.expires_at == START + 120
+
+
 def test_a_short_kill_after_is_the_grace(clock: FakeClock, backend: FakeBackend) -> None:
     keeper = Harness(clock, backend, ttl=30.0, kill_after=2.0).keeper
     assert keeper.must_stop_at == pytest.approx(START + 27.4)
