@@ -312,9 +312,15 @@ def run(
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
     )
 
+    # `lockrun -v status`: a run option first makes `status` the command to run. When no such
+    # program exists, say where lockrun's own subcommand wants its options.
+    misplaced = argv[0] in cli.commands
+
     def report(level: str, message: str) -> None:
         if (level == "info" and not verbose) or (level == "warn" and quiet):
             return
+        if level == "error" and misplaced and message.endswith(": command not found in PATH"):
+            message += f" (for lockrun's own {argv[0]!r}, put it first: lockrun {argv[0]} [OPTIONS])"
         _say(message)
 
     outcome = Run(

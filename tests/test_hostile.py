@@ -487,6 +487,9 @@ def test_global_options_before_a_subcommand(tmp_path, redis_server):
     assert history(env) == []  # no run of a command named "status"
     # After "--" the next word is the command, as always.
     assert run_lockrun(env, "--config", str(config), "--", "status").returncode == 127
+    # A run option first makes the next word the command: no program of that name, so a hint.
+    assert_one_line(run_lockrun(env, "-v", "status"), 127, "status: command not found in PATH",
+                    "for lockrun's own 'status', put it first: lockrun status [OPTIONS]")
 
 
 def _fill(folder: Path) -> None:
