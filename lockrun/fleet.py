@@ -16,12 +16,13 @@ import heapq
 import itertools
 import re
 from collections import deque
-from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
+from lockrun.backends import FleetEvent, FleetSource, Holder, PageRequest
 from lockrun.clock import parse_iso
 from lockrun.metrics import JobFacts
-from lockrun.record import Status, fields_from_json, parse_int, row_from_fields
+from lockrun.record import Row, Status, fields_from_json, parse_int, row_from_fields
 
 FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
 MAX_PAGE = 512
@@ -32,27 +33,18 @@ class FleetReadError(Exception):
     """The fleet record cannot answer as asked (e.g. a run id prefix that matches several runs)."""
 
 
-class Event(NamedTuple):
-    entry_id: str  # the stream entry's ID: "milliseconds-sequence" on the Redis server's clock
-    fields: dict
-
-
-class Source(Protocol):
-    """What the fleet record's storage answers (backends/redis_fleet.py)."""
-
-    def names(self, kinds: tuple[str, ...] = ...) -> list[str]: ...
-    def pages(self, requests: list) -> list[list[tuple[str, dict]]]: ...
-    def after(self, name: str, entry_id: str) -> list[tuple[str, dict]]: ...
-    def lasts(self, names: list[str]) -> dict[str, tuple]: ...
-    def counts(self, names: list[str]) -> dict[str, dict]: ...
-    def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list, dict]]: ...
+#: The fleet record's storage: what it answers, raw (backends/redis_fleet.py).
+Source = FleetSource
+#: Who holds the named locks now (``Backend.holders``): a start without an end is still running
+#: while its run holds the lock.
+HoldersOf = Callable[[list[str]], list[Holder]]
 
 
 def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _decoded(fields: dict) -> dict[str, object]:
+def _decoded(fields: Mapping[object, object] | None) -> dict[str, object]:
     return {_text(key): value for key, value in (fields or {}).items()}
 
 
@@ -69,15 +61,8 @@ def _iso_ms(iso: str | None) -> int | None:
 
 class Entry(NamedTuple):
     key: int  # ms on the server's clock at which the run started: the merge order
-    row: dict
+    row: Row
     open_at: str | None = None  # the start event's ID while no end event was seen
-
-
-class PageRequest(NamedTuple):
-    name: str
-    before: str  # "+" or "(ID": events older than this
-    oldest: str  # "-" or the ID of the oldest event of interest
-    count: int
 
 
 class StreamRows:
@@ -96,14 +81,14 @@ class StreamRows:
         self.oldest = str(since_ms) if since_ms is not None else "-"
         self.page = FIRST_PAGE
         self.exhausted = False
-        self._pending_ends: dict[str, dict] = {}
+        self._pending_ends: dict[str, dict[str, object]] = {}
         self._ready: deque[Entry] = deque()
         self._last_key: int | None = None  # the key of the last row made ready: keys never go up
 
     def request(self) -> PageRequest:
         return PageRequest(self.name, self.before, self.oldest, self.page)
 
-    def feed(self, events: list[tuple[str, dict]]) -> None:
+    def feed(self, events: list[FleetEvent]) -> None:
         if len(events) < self.page:
             self.exhausted = True
         for entry_id, raw in events:
@@ -160,12 +145,12 @@ class Judge:
     run that releases in between is seen either as a holder or by its end event.
     """
 
-    def __init__(self, source: Source, holders_of: Callable[[list[str]], list]) -> None:
+    def __init__(self, source: Source, holders_of: HoldersOf) -> None:
         self._source = source
         self._holders_of = holders_of
         self._holding: dict[str, set[str]] = {}
 
-    def settle(self, entry: Entry) -> dict:
+    def settle(self, entry: Entry) -> Row:
         if entry.open_at is None:
             return entry.row
         name, run_id = entry.row["name"], entry.row["run_id"]
@@ -180,14 +165,14 @@ class Judge:
 
 def history(
     source: Source,
-    holders_of: Callable[[list[str]], list],
+    holders_of: HoldersOf,
     name: str | None = None,
     *,
     host: str | None = None,
     limit: int = 20,
     status: str | None = None,
     since_ms: int | None = None,
-) -> list[dict]:
+) -> list[Row]:
     """Every host's runs of ``name`` (or of every name), newest first, as ``history --json`` rows.
 
     A k-way merge over the names' streams, read backwards in pages that start small (most
@@ -199,12 +184,12 @@ def history(
     judge = Judge(source, holders_of)
     heap: list[tuple[int, int, Entry, StreamRows]] = []
     order = itertools.count()
-    rows: list[dict] = []
+    rows: list[Row] = []
 
     def advance(streams: list[StreamRows]) -> None:
         """Read pages (one pipeline per round) until each stream has a row ready or is done."""
         while streams:
-            for stream, events in zip(streams, source.pages([s.request() for s in streams])):
+            for stream, events in zip(streams, source.pages([s.request() for s in streams]), strict=True):
                 stream.feed(events)
             for stream in streams:
                 entry = stream.take() if not stream.needs_more else None
@@ -229,8 +214,8 @@ def history(
 
 
 def find_run(
-    source: Source, holders_of: Callable[[list[str]], list], run_id_prefix: str
-) -> tuple[dict, str | None, list[dict]] | None:
+    source: Source, holders_of: HoldersOf, run_id_prefix: str
+) -> tuple[Row, str | None, list[dict[str, object]]] | None:
     """The run whose id starts with ``run_id_prefix``: its row, its output tail if ``last``
     still holds it, and its events (oldest first). Raises FleetReadError for an ambiguous prefix."""
     matches = source.find_run(source.names(("runs",)), run_id_prefix)
@@ -260,7 +245,7 @@ def find_run(
     return row, tail, listed
 
 
-def last_runs(source: Source, names: list[str]) -> dict[str, dict]:
+def last_runs(source: Source, names: list[str]) -> dict[str, Row]:
     """The newest finished run of each name that the fleet record knows."""
     found = {}
     for name, (row, _) in source.lasts(names).items():

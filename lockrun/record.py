@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from enum import Enum
+from typing import Any, TypeVar
 
 
 class Status(str, Enum):
@@ -45,6 +47,10 @@ NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED})
 #: Stored as running; read as abandoned once its lockrun is known to be gone.
 IN_PROGRESS = frozenset({Status.RUNNING, Status.ABANDONED})
 
+#: A run row as ``history --json`` prints it: each of ROW_FIELDS to a JSON value (text, a
+#: number, the command as a list of strings, or None where it is not known).
+Row = dict[str, Any]
+
 # The fields of a run row, in the order ``history --json`` prints them.
 ROW_FIELDS = (
     "run_id",
@@ -68,6 +74,7 @@ ROW_FIELDS = (
 )
 INT_FIELDS = frozenset({"exit_code", "signal", "pid", "fencing_token", "exit_status"})
 FLOAT_FIELDS = frozenset({"duration_s", "waited_s"})
+Number = TypeVar("Number", int, float)
 # Redis integers are signed 64-bit; anything wider was not written by lockrun.
 INT_LIMIT = 2**63
 # A field longer than this was not written by lockrun either (errors and notes are one line).
@@ -80,39 +87,32 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def _parsed_number(value: object, convert: Callable[[str], Number], limit: int) -> Number | None:
+    """``convert`` of a stored number's text (str or bytes, at most ``limit`` characters), else None."""
+    if not isinstance(value, (str, bytes)):
+        return None
+    text = _text(value).strip()
+    if not text or len(text) > limit:
+        return None
+    try:
+        return convert(text)
+    except ValueError:
+        return None
+
+
 def parse_int(value: object) -> int | None:
     """An integer from a stored string, or None when it is not one lockrun could have written."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        number = value
-    else:
-        text = _text(value).strip() if isinstance(value, (str, bytes)) else ""
-        if not text or len(text) > 20:
-            return None
-        try:
-            number = int(text)
-        except ValueError:
-            return None
-    return number if -INT_LIMIT <= number < INT_LIMIT else None
+    number = value if isinstance(value, int) else _parsed_number(value, int, 20)
+    return number if number is not None and -INT_LIMIT <= number < INT_LIMIT else None
 
 
 def parse_float(value: object) -> float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, (str, bytes)):
-        text = _text(value).strip()
-        if not text or len(text) > 40:
-            return None
-        try:
-            number = float(text)
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None
+    number = float(value) if isinstance(value, (int, float)) else _parsed_number(value, float, 40)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def parse_command(value: object) -> list[str]:
@@ -126,7 +126,7 @@ def parse_command(value: object) -> list[str]:
     return [item for item in parsed if isinstance(item, str)]
 
 
-def fields_from_row(row: dict) -> list[str]:
+def fields_from_row(row: Row) -> list[str]:
     """A run row as flat ``field, value, ...`` strings for the fleet record; None fields are left out."""
     flat: list[str] = []
     for field in ROW_FIELDS:
@@ -143,12 +143,12 @@ def fields_from_row(row: dict) -> list[str]:
     return flat
 
 
-def row_json(row: dict) -> str:
+def row_json(row: Row) -> str:
     """A run row as one JSON object (the fleet's ``last`` record keeps it so, to be read fast)."""
     return json.dumps({field: row.get(field) for field in ROW_FIELDS if field not in ("name", "backend")})
 
 
-def fields_from_json(text: object) -> dict:
+def fields_from_json(text: object) -> dict[str, object]:
     """The fields of a row kept as JSON (:func:`row_json`); anything unreadable is no fields."""
     try:
         parsed = json.loads(_text(text)) if isinstance(text, (str, bytes)) else None
@@ -157,14 +157,14 @@ def fields_from_json(text: object) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def row_from_fields(name: str, fields: dict, backend: str = "redis") -> dict:
+def row_from_fields(name: str, fields: Mapping[Any, object], backend: str = "redis") -> Row:
     """A run row from stored string fields, whoever wrote them.
 
     Unknown fields are dropped, values of the wrong type read as None, text is cut
     at TEXT_LIMIT: a hostile or broken record shows as a strange run, never as an error.
     """
     raw = {_text(key): value for key, value in fields.items()}
-    row: dict = {}
+    row: Row = {}
     for field in ROW_FIELDS:
         value = raw.get(field)
         if field == "name":

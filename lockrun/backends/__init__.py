@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from lockrun.clock import parse_iso
+from lockrun.record import Row
 
 # What a renewal found.
 RENEWED = "renewed"
@@ -56,7 +58,7 @@ class FleetRecord(NamedTuple):
     script that releases (or clears) the lock. The local backend has no fleet record: its
     ledger is the whole memory of this host."""
 
-    row: dict  # as ``history --json`` shows it
+    row: Row  # as ``history --json`` shows it
     output_tail: str | None = None  # with --capture-tail: its last 4 KiB go to the ``last`` record
     at_once: bool = False  # a row that is over at once (an unlock): recorded only if it cleared something
 
@@ -76,6 +78,34 @@ class FleetRetention(NamedTuple):
         return self.keep_days * 86400 * 1000
 
 
+class PageRequest(NamedTuple):
+    """One page of one name's ``runs`` stream, newest first."""
+
+    name: str
+    before: str  # "+" or "(ID": events older than this
+    oldest: str  # "-" or the ID of the oldest event of interest
+    size: int  # at most this many events
+
+
+#: A stream entry of the fleet record: its ID ("ms-seq") and its fields (bytes or str keys and
+#: values, as stored: whoever wrote them).
+FleetEvent = tuple[str, dict[object, object]]
+
+
+class FleetSource(Protocol):
+    """The read side of the fleet record (backends/redis_fleet.py): raw, as stored.
+    lockrun/fleet.py turns what it answers into rows, defensively."""
+
+    def names(self, kinds: tuple[str, ...] = ...) -> list[str]: ...
+    def pages(self, requests: Sequence[PageRequest]) -> list[list[FleetEvent]]: ...
+    def after(self, name: str, entry_id: str) -> list[FleetEvent]: ...
+    def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]: ...
+    def counts(self, names: list[str]) -> dict[str, dict[object, object]]: ...
+    def find_run(
+        self, names: list[str], run_id_prefix: str,
+    ) -> list[tuple[str, list[FleetEvent], dict[object, object]]]: ...
+
+
 # Ranges of the holder fields: anything outside is data lockrun did not write.
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
 INT64_MAX = (1 << 63) - 1
@@ -92,7 +122,10 @@ class _Unusable(ValueError):
     """One field's value is not what lockrun writes there."""
 
 
-def _as_text(value) -> str | None:
+_Parsed = TypeVar("_Parsed")
+
+
+def _as_text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -104,7 +137,7 @@ def _as_text(value) -> str | None:
     return value or None
 
 
-def _as_int(value, low: int, high: int) -> int | None:
+def _as_int(value: object, low: int, high: int) -> int | None:
     if isinstance(value, (bytes, str)):
         text = _as_text(value)
         if text is None:
@@ -123,7 +156,7 @@ def _as_int(value, low: int, high: int) -> int | None:
     return value
 
 
-def _as_command(value) -> list[str]:
+def _as_command(value: object) -> list[str]:
     if value is None:
         return []
     if isinstance(value, (bytes, str)):
@@ -134,7 +167,23 @@ def _as_command(value) -> list[str]:
             raise _Unusable("not a JSON list") from None
     if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
         raise _Unusable("not a list of strings")
-    return value
+    return [arg for arg in value if isinstance(arg, str)]  # all of them: a list[str] for the type checker
+
+
+def _int_between(low: int, high: int) -> Callable[[object], int | None]:
+    return lambda value: _as_int(value, low, high)
+
+
+def _as_time(value: object) -> str | None:
+    text = _as_text(value)
+    if text is not None and parse_iso(text) is None:
+        raise _Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
+    return text
+
+
+def written_by_others(what: str) -> str:
+    """A ``problem`` of a record lockrun did not write, as both backends word it."""
+    return f"{what}: written by something other than lockrun"
 
 
 class Holder(NamedTuple):
@@ -167,9 +216,9 @@ class Holder(NamedTuple):
     def from_fields(
         cls,
         name: str,
-        fields: Mapping,
+        fields: Mapping[Any, object] | None,  # keys: bytes (a Redis hash) or str (local JSON)
         *,
-        token=None,
+        token: str | bytes | None = None,
         pid: int | None = None,
         ttl_remaining_s: float | None = None,
         slotted: bool = False,
@@ -185,41 +234,38 @@ class Holder(NamedTuple):
         """
         info: dict[str, object] = {}
         for key, value in (fields or {}).items():
-            key = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
-            info[key] = value
+            info[key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)] = value
         problems = [problem] if problem else []
-        values: dict[str, object] = {}
 
-        def field(key: str, parse) -> None:
+        def parsed(key: str, parse: Callable[[object], _Parsed], empty: _Parsed) -> _Parsed:
             try:
-                values[key] = parse(info.get(key))
+                return parse(info.get(key))
             except _Unusable as exc:
-                values[key] = [] if key == "command" else None
                 problems.append(f"{key}: {exc}")
+                return empty
 
-        for key in _TEXT_FIELDS:
-            field(key, _as_text)
-        for key in _TIME_FIELDS:
-            field(key, lambda value: _checked_time(_as_text(value)))
-        for key, (low, high) in _INT_FIELDS.items():
-            field(key, lambda value, low=low, high=high: _as_int(value, low, high))
-        field("command", _as_command)
+        texts = {key: parsed(key, _as_text, None) for key in _TEXT_FIELDS}
+        times = {key: parsed(key, _as_time, None) for key in _TIME_FIELDS}
+        ints = {key: parsed(key, _int_between(low, high), None) for key, (low, high) in _INT_FIELDS.items()}
+        command: list[str] = parsed("command", _as_command, [])
         if token is not None:
             lock_token = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
-            if values["token"] is not None and values["token"] != lock_token:
+            if texts["token"] is not None and texts["token"] != lock_token:
                 problems.append("its description names another token")
-                values = {key: ([] if key == "command" else None) for key in values}
-            values["token"] = lock_token
-        if pid is not None:
-            values["pid"] = pid
+                texts, times, ints, command = dict.fromkeys(texts), dict.fromkeys(times), dict.fromkeys(ints), []
+            texts["token"] = lock_token
         return cls(
-            name=name,
-            ttl_remaining_s=ttl_remaining_s,
-            slotted=slotted,
-            problem="; ".join(problems) or None,
+            name=name, token=texts["token"], run_id=texts["run_id"], host=texts["host"], boot_id=texts["boot_id"],
+            pid=ints["pid"] if pid is None else pid, pid_start=ints["pid_start"], child_pid=ints["child_pid"],
+            command=command, started_at=times["started_at"], heartbeat_at=times["heartbeat_at"],
+            ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
+            cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
             foreign=foreign,
-            **values,
         )
+
+    def with_problem(self, problem: str | None) -> Holder:
+        """This holder with ``problem`` named first among its problems."""
+        return self._replace(problem="; ".join(filter(None, (problem, self.problem))) or None)
 
     def describe(self) -> str:
         """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""
@@ -232,12 +278,6 @@ class Holder(NamedTuple):
         if self.ttl_remaining_s is not None:
             extra.append(f"expires in {self.ttl_remaining_s:.1f}s")
         return f"{who} ({', '.join(extra)})" if extra else who
-
-
-def _checked_time(text: str | None) -> str | None:
-    if text is not None and parse_iso(text) is None:
-        raise _Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
-    return text
 
 
 class Backend(Protocol):
@@ -295,7 +335,7 @@ class Backend(Protocol):
     def lock_names(self) -> list[str]:
         """Names of the held locks (shell completion)."""
 
-    def fleet_record(self):
+    def fleet_record(self) -> FleetSource | None:
         """The shared record of every host's runs (Redis), or None (local: the ledger is all)."""
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
@@ -317,7 +357,27 @@ def call_timeout_for(ttl: float, configured: float | None = None) -> float:
     return min(5.0, max(0.05, ttl / 5.0))
 
 
-def open_backend(settings, timeout: float, connect_timeout: float | None = None, replicas: int | str = 0) -> Backend:
+class BackendSettings(Protocol):
+    """What :func:`open_backend` reads of the resolved settings (``settings.Settings`` is one)."""
+
+    @property
+    def redis_url(self) -> str | None: ...
+    @property
+    def state_dir(self) -> str | Path | None: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def redis_ca(self) -> str | None: ...
+    @property
+    def fleet_keep_runs(self) -> int: ...
+    @property
+    def fleet_keep_days(self) -> int: ...
+    def redis_password(self) -> str | None: ...
+
+
+def open_backend(
+    settings: BackendSettings, timeout: float, connect_timeout: float | None = None, replicas: int | str = 0,
+) -> Backend:
     """Redis when a URL is configured, else the local backend in the state directory.
 
     A configured but unreachable Redis is never replaced by the local backend:

@@ -8,17 +8,35 @@ pipelined in batches. What comes back is raw: lockrun/fleet.py parses it defensi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
 
-from lockrun.backends.redis import REDIS_ERRORS, SCAN_BATCH, _glob_escape, _text, lock_keys
+from lockrun.backends import FleetEvent as Event
+from lockrun.backends import PageRequest
+from lockrun.backends.redis_keys import SCAN_BATCH, lock_keys, scan_names
+from lockrun.backends.redis_replies import pairs, text
 
 if TYPE_CHECKING:
-    from lockrun.backends.redis import RedisBackend
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
 
-#: A stream entry: its ID ("ms-seq") and its fields (bytes or str keys and values).
-Event = tuple[str, dict]
+    from lockrun.backends.redis_client import RedisConnection
+    from lockrun.backends.redis_keys import LockKeys
+
+    AnyPipeline = Pipeline | ClusterPipeline
+
+
+class Batch(Protocol):
+    """A pipeline, as far as :meth:`RedisFleetRecord._batched` uses one."""
+
+    def execute(self, raise_on_error: bool = ...) -> list[Any]: ...
+
+
+Item = TypeVar("Item")
+Pipe = TypeVar("Pipe", bound=Batch)
+
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
 # whose run id starts with ARGV[1], and the ``last`` hash if it describes such a run (for its
@@ -55,120 +73,104 @@ return {found, last, oldest}
 FIND_PAGE = 2000  # stream entries one call of FIND_RUN_SCRIPT looks at: about a millisecond of Redis
 
 
-def _pairs(flat) -> dict:
-    flat = flat or []
-    return dict(zip(flat[0::2], flat[1::2]))
-
-
 class RedisFleetRecord:
-    """The fleet record of one Redis (plain, Sentinel or Cluster) behind a RedisBackend."""
+    """The fleet record of one Redis (plain, Sentinel or Cluster), read through its connection."""
 
-    def __init__(self, backend: RedisBackend) -> None:
-        self._backend = backend
-        self._client = backend._client
-        self._prefix = backend.prefix
-
-    def _call(self, fn):
-        try:
-            return fn()
-        except REDIS_ERRORS as exc:
-            raise self._backend._unavailable(exc) from None
+    def __init__(self, connection: RedisConnection) -> None:
+        self._connection = connection
+        self._client = connection.client
+        self._prefix = connection.prefix
 
     def names(self, kinds: tuple[str, ...] = ("runs", "last", "counts")) -> list[str]:
         """Every name with a fleet record of these kinds (``runs``, ``last``, ``counts``), by SCAN."""
-        head = f"{self._prefix}{{"
-        found: set[str] = set()
+        return sorted(self._connection.call(lambda: scan_names(self._client, self._prefix, kinds)))
 
-        def scan() -> None:
-            for tail in (f"}}:{kind}" for kind in kinds):
-                pattern = _glob_escape(self._prefix) + "{*" + tail
-                for key in self._client.scan_iter(match=pattern, count=SCAN_BATCH):
-                    key = _text(key)
-                    if key.startswith(head) and key.endswith(tail):
-                        found.add(key[len(head) : -len(tail)])
+    def _pipe(self) -> AnyPipeline:
+        return self._client.pipeline(transaction=False)
 
-        self._call(scan)
-        return sorted(found)
-
-    def _pipelined(self, items: list, queue) -> list:
+    def _pipelined(self, items: Sequence[Item], queue: Callable[[AnyPipeline, Item], object]) -> list[Any]:
         """Run ``queue(pipe, item)`` for every item in batches; one reply per item."""
-        replies: list = []
+        return self._batched(items, queue, self._pipe)
+
+    def _batched(self, items: Sequence[Item], queue: Callable[[Pipe, Item], object],
+                 new_pipe: Callable[[], Pipe]) -> list[Any]:
+        """:meth:`_pipelined` on pipelines from ``new_pipe``."""
+        replies: list[Any] = []
 
         def run() -> None:
             for start in range(0, len(items), SCAN_BATCH):
-                pipe = self._client.pipeline(transaction=False)
+                pipe = new_pipe()
                 for item in items[start : start + SCAN_BATCH]:
                     queue(pipe, item)
                 # A key of the wrong type answers with an error, not an exception for the batch.
                 replies.extend(pipe.execute(raise_on_error=False))
 
-        self._call(run)
+        self._connection.call(run)
         return replies
 
-    def pages(self, requests: list) -> list[list[Event]]:
+    def pages(self, requests: Sequence[PageRequest]) -> list[list[Event]]:
         """One page of events per request (name, before, oldest, count: fleet.PageRequest),
         newest first; a stream that cannot be read (a key of another type) reads as empty."""
         replies = self._pipelined(
             requests,
             lambda pipe, r: pipe.xrevrange(lock_keys(self._prefix, r.name).runs, max=r.before, min=r.oldest,
-                                           count=r.count),
+                                           count=r.size),
         )
-        return [
-            [(_text(entry_id), fields) for entry_id, fields in reply] if isinstance(reply, list) else []
-            for reply in replies
-        ]
+        return [_events(reply) for reply in replies]
 
     def after(self, name: str, entry_id: str) -> list[Event]:
         """Every event of ``name`` newer than ``entry_id``, oldest first (a late end event)."""
         reply = self._pipelined(
             [name], lambda pipe, n: pipe.xrange(lock_keys(self._prefix, n).runs, min=f"({entry_id}")
         )[0]
-        return [(_text(entry_id), fields) for entry_id, fields in reply] if isinstance(reply, list) else []
+        return _events(reply)
 
-    def lasts(self, names: list[str]) -> dict[str, tuple]:
+    def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]:
         """``(row as JSON, last_success_at)`` from the ``last`` hash of each name that has one
         (not its output tail: status asks this of thousands of names)."""
         replies = self._pipelined(
             names, lambda pipe, name: pipe.hmget(lock_keys(self._prefix, name).last, "row", "last_success_at")
         )
-        return {name: tuple(reply) for name, reply in zip(names, replies)
+        return {name: (reply[0], reply[1]) for name, reply in zip(names, replies, strict=True)
                 if isinstance(reply, list) and len(reply) == 2 and any(reply)}
 
-    def counts(self, names: list[str]) -> dict[str, dict]:
+    def counts(self, names: list[str]) -> dict[str, dict[object, object]]:
         """The ``counts`` hash of each name that has one."""
         replies = self._pipelined(names, lambda pipe, name: pipe.hgetall(lock_keys(self._prefix, name).counts))
-        return {name: reply for name, reply in zip(names, replies) if isinstance(reply, dict) and reply}
+        return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, dict) and reply}
 
-    def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict]]:
+    def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict[object, object]]]:
         """(name, matching events newest first, ``last`` if it is that run) for each name with a match."""
         events: dict[str, list[Event]] = {}
-        lasts: dict[str, dict] = {}
+        lasts: dict[str, dict[object, object]] = {}
         cursors = dict.fromkeys(names, "+")
         while cursors:
             asked = list(cursors)
             replies = self._find_page([(lock_keys(self._prefix, n), cursors[n]) for n in asked], run_id_prefix)
             cursors = {}
-            for name, reply in zip(asked, replies):
+            for name, reply in zip(asked, replies, strict=True):
                 if not isinstance(reply, list) or len(reply) != 3:
                     continue  # this name's keys are not what lockrun wrote
-                matched = [(_text(entry[0]), _pairs(entry[1])) for entry in reply[0] or [] if isinstance(entry, list)]
+                matched = [(text(entry[0]), pairs(entry[1])) for entry in reply[0] or [] if isinstance(entry, list)]
                 if matched:
                     events.setdefault(name, []).extend(matched)
-                    lasts[name] = lasts.get(name) or _pairs(reply[1])
+                    lasts[name] = lasts.get(name) or pairs(reply[1])
                 if reply[2]:
-                    cursors[name] = f"({_text(reply[2])}"
+                    cursors[name] = f"({text(reply[2])}"
         return [(name, events[name], lasts.get(name, {})) for name in names if name in events]
 
-    def _find_page(self, pages: list, run_id_prefix: str) -> list:
+    def _find_page(self, pages: list[tuple[LockKeys, str]], run_id_prefix: str) -> list[Any]:
         """One FIND_RUN_SCRIPT call per (keys, cursor): pipelined, or one by one on a Cluster,
         whose pipelines cannot carry scripts."""
         args = (run_id_prefix,)
-        if not self._backend.is_cluster:
-            return self._pipelined(pages, lambda pipe, page: pipe.eval(
-                FIND_RUN_SCRIPT, 2, page[0].runs, page[0].last, *args, page[1], FIND_PAGE))
+        client = self._client
+        if not isinstance(client, redis.RedisCluster):
+            return self._batched(pages, lambda pipe, page: pipe.eval(
+                FIND_RUN_SCRIPT, 2, page[0].runs, page[0].last, *args, page[1], FIND_PAGE),
+                lambda: client.pipeline(transaction=False))
 
-        def one_by_one() -> list:
-            replies: list = []
+        def one_by_one() -> list[Any]:
+            replies: list[Any] = []
             for keys, cursor in pages:
                 try:
                     replies.append(self._client.eval(FIND_RUN_SCRIPT, 2, keys.runs, keys.last, *args, cursor,
@@ -177,4 +179,9 @@ class RedisFleetRecord:
                     replies.append(exc)
             return replies
 
-        return self._call(one_by_one)
+        return self._connection.call(one_by_one)
+
+
+def _events(reply: Any) -> list[Event]:
+    """Stream entries as (ID, fields); a reply that is no list (a key of another type) is none."""
+    return [(text(entry_id), fields) for entry_id, fields in reply] if isinstance(reply, list) else []

@@ -1,0 +1,168 @@
+"""Who holds which lock in Redis, for ``status``, ``unlock`` and a busy acquire.
+
+Names are found by SCAN and read in pipelined batches: a GET, PTTL, HGETALL and slot
+listing per name, then one HGETALL per live slot, so ten thousand locks cost a few
+round trips. Keys someone else wrote (another type, no TTL, no description) come back
+as holders with a ``problem``: one bad key must not hide every other lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockrun.backends import Holder, written_by_others
+from lockrun.backends.redis_client import RedisConnection
+from lockrun.backends.redis_keys import SCAN_BATCH, LockKeys, lock_keys, scan_names
+from lockrun.backends.redis_replies import expiry_s, int_or_none, is_utf8, pairs, text
+
+#: What a key that is not lockrun's own says in ``status`` and on a busy skip.
+NO_EXPIRY = written_by_others("the lock key has no expiry (lockrun always sets one)")
+NO_DESCRIPTION = "no holder description (its info hash is missing)"
+NOT_A_TOKEN = written_by_others("the lock's value is not UTF-8 text, so no lockrun owner token")
+
+#: The replies read per name in the first pipeline of :meth:`RedisInspection.holders`.
+_PER_NAME = 4
+
+
+def _wrong_type(key: str, kind: str, expected: str) -> str:
+    return written_by_others(f"{key} is a {kind}, not a {expected}")
+
+
+def _raise_unless_data_errors(replies: list[Any]) -> None:
+    """A reply error about one key's data is that key's problem; anything else is the server's."""
+    for reply in replies:
+        if isinstance(reply, Exception) and "WRONGTYPE" not in str(reply):
+            raise reply
+
+
+def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = False) -> Holder:
+    """A holder from its lock token and its description (a hash, or an error reading it)."""
+    problem = None
+    if isinstance(token, bytes) and not is_utf8(token):
+        # lockrun's owner tokens are hex: no lockrun lease holds this value.
+        return Holder.from_fields(name, {}, token=token, ttl_remaining_s=expiry_s(pttl), slotted=slotted,
+                                  foreign=not slotted, problem=NOT_A_TOKEN)
+    if isinstance(fields, Exception):
+        kind = "slot info key" if slotted else "info key"
+        problem, fields = written_by_others(f"its {kind} is not a hash"), {}
+    elif not fields:
+        problem = NO_DESCRIPTION
+    return Holder.from_fields(name, fields, token=token, ttl_remaining_s=expiry_s(pttl), slotted=slotted,
+                              problem=problem)
+
+
+class RedisInspection:
+    """The read side of the lock keys: names, holders, and what is wrong with a key."""
+
+    def __init__(self, connection: RedisConnection) -> None:
+        self._connection = connection
+        self._prefix = connection.prefix
+
+    def _keys(self, name: str) -> LockKeys:
+        return lock_keys(self._prefix, name)
+
+    def lock_names(self) -> list[str]:
+        """Names of every held lock, plain or slotted."""
+        return sorted(self._connection.call(lambda: scan_names(self._connection.client, self._prefix,
+                                                                ("lock", "slots"))))
+
+    def is_slotted(self, name: str) -> bool:
+        return bool(self._connection.call(lambda: self._connection.client.exists(self._keys(name).slots)))
+
+    def busy_holder(self, name: str, slots: int, pttl: Any, flat: Any) -> Holder:
+        """The holder a busy acquire found: the script's PTTL and the holder's info as a flat list."""
+        fields = pairs(flat)
+        problem, foreign = None, False
+        if slots == 1 and int_or_none(pttl) == -1:  # lockrun always sets a TTL: look closer (rare)
+            problem, foreign = self._lock_key_problem(self._keys(name))
+        elif not fields:
+            problem = NO_DESCRIPTION
+        return Holder.from_fields(name, fields, ttl_remaining_s=expiry_s(pttl), slotted=slots > 1,
+                                  problem=problem, foreign=foreign)
+
+    def _lock_key_problem(self, keys: LockKeys) -> tuple[str | None, bool]:
+        """Why a lock key without a TTL is not a lockrun lease: (problem, foreign)."""
+        kind = text(self._connection.call(lambda: self._connection.client.type(keys.lock)))
+        if kind == "none":
+            return None, False  # gone meanwhile
+        if kind != "string":
+            return _wrong_type(keys.lock, kind, "string"), True
+        return NO_EXPIRY, False
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        """Every holder: one per plain lock, one per live slot of a --slots lock."""
+        names = self.lock_names() if names is None else list(names)
+        return self._connection.call(lambda: self._holders(names))
+
+    def _holders(self, names: list[str]) -> list[Holder]:
+        client = self._connection.client
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        found: list[Holder] = []
+        for start in range(0, len(names), SCAN_BATCH):
+            batch = names[start : start + SCAN_BATCH]
+            pipe = client.pipeline(transaction=False)
+            for name in batch:
+                keys = self._keys(name)
+                pipe.get(keys.lock)
+                pipe.pttl(keys.lock)
+                pipe.hgetall(keys.info)
+                pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
+            replies = pipe.execute(raise_on_error=False)
+            _raise_unless_data_errors(replies)
+            slotted: list[tuple[str, str, float]] = []
+            odd: list[tuple[str, str, Any]] = []  # (name, which key, its PTTL reply)
+            for i, name in enumerate(batch):
+                token, pttl, fields, slots = replies[_PER_NAME * i : _PER_NAME * i + _PER_NAME]
+                if isinstance(token, Exception) or int_or_none(pttl) == -1:
+                    odd.append((name, "lock", pttl))
+                elif token is not None:
+                    found.append(described(name, token, pttl, fields))
+                if isinstance(slots, Exception):
+                    odd.append((name, "slots", None))
+                else:
+                    slotted += [(name, text(member), score) for member, score in slots or []]
+            found += self._odd_holders(odd, replies, batch)
+            found += self._slot_holders(slotted, now_ms)
+        return found
+
+    def _slot_holders(self, slotted: list[tuple[str, str, float]], now_ms: int) -> list[Holder]:
+        """One holder per live slot (name, owner token, expiry score): its info hash, pipelined."""
+        if not slotted:
+            return []
+        pipe = self._connection.client.pipeline(transaction=False)
+        for name, member, _ in slotted:
+            pipe.hgetall(self._keys(name).slot_info(member))
+        slot_fields = pipe.execute(raise_on_error=False)
+        _raise_unless_data_errors(slot_fields)
+        return [described(name, member, int(score) - now_ms, fields, slotted=True)
+                for (name, member, score), fields in zip(slotted, slot_fields, strict=True)]
+
+    def _odd_holders(self, odd: list[tuple[str, str, Any]], replies: list[Any], batch: list[str]) -> list[Holder]:
+        """Holders for lock keys of another type or without a TTL, and slots keys of another type."""
+        if not odd:
+            return []
+        pipe = self._connection.client.pipeline(transaction=False)
+        for name, which, _ in odd:
+            keys = self._keys(name)
+            pipe.type(keys.lock if which == "lock" else keys.slots)
+        kinds = [text(kind) for kind in pipe.execute()]
+        found = []
+        for (name, which, pttl), kind in zip(odd, kinds, strict=True):
+            keys = self._keys(name)
+            if which == "slots":
+                if kind not in ("none", "zset"):
+                    found.append(Holder.from_fields(
+                        name, {}, slotted=True, foreign=True, problem=_wrong_type(keys.slots, kind, "sorted set")))
+                continue
+            if kind == "none":
+                continue  # released meanwhile
+            if kind != "string":
+                found.append(Holder.from_fields(
+                    name, {}, ttl_remaining_s=expiry_s(pttl), foreign=True,
+                    problem=_wrong_type(keys.lock, kind, "string")))
+                continue
+            i = batch.index(name)
+            token, _, fields, _ = replies[_PER_NAME * i : _PER_NAME * i + _PER_NAME]
+            found.append(described(name, token, pttl, fields).with_problem(NO_EXPIRY))
+        return found

@@ -1,0 +1,82 @@
+"""Every Redis key of one lock (README, "Redis keys"), built in this one place.
+
+Keys are hash-tagged with ``{NAME}`` so that every key of one lock lives in one Redis
+Cluster slot and a script may touch all of them. Lock names hold no braces, so the name
+can be read back out of any of its keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple, Protocol
+
+#: Keys asked for per SCAN call, and names read per pipeline.
+SCAN_BATCH = 1000
+
+
+class LockKeys(NamedTuple):
+    lock: str
+    info: str
+    fence: str
+    wake: str
+    preempt: str
+    slots: str
+    runs: str  # the fleet record: start and end events of recent runs (a stream)
+    last: str  # the fleet record: the newest finished run (a hash)
+    counts: str  # the fleet record: outcomes by status (a hash)
+    base: str
+
+    def done(self, key: str) -> str:
+        return f"{self.base}:done:{key}"
+
+    def ended(self, run_id: str) -> str:
+        """A short-lived marker: this run's end is recorded (a retried release records it once)."""
+        return f"{self.base}:ended:{run_id}"
+
+    def slot_info(self, token: str) -> str:
+        return f"{self.base}:slot:{token}"
+
+    @property
+    def slot_count(self) -> str:
+        return f"{self.slots}:n"
+
+
+def lock_keys(prefix: str, name: str) -> LockKeys:
+    """Every Redis key of one lock."""
+    base = f"{prefix}{{{name}}}"
+    return LockKeys(
+        lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake",
+        preempt=f"{base}:preempt", slots=f"{base}:slots", runs=f"{base}:runs", last=f"{base}:last",
+        counts=f"{base}:counts", base=base,
+    )
+
+
+def name_in_key(prefix: str, key: str) -> str | None:
+    """The lock name inside one of its keys (``prefix{NAME}:...``), or None for another key."""
+    start = len(prefix) + 1
+    end = key.find("}", start)
+    return key[start:end] if key.startswith(prefix + "{") and end > start else None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class Scanner(Protocol):
+    """The one client call :func:`scan_names` makes (a plain, Sentinel or Cluster client)."""
+
+    def scan_iter(self, match: str | None = ..., count: int | None = ...) -> Iterator[bytes | str]: ...
+
+
+def scan_names(client: Scanner, prefix: str, kinds: Iterable[str]) -> set[str]:
+    """Every name that has a key of one of these kinds (``lock``, ``slots``, ``runs``...),
+    by SCAN (never KEYS: it would stall the server for every other host)."""
+    head = f"{prefix}{{"
+    found: set[str] = set()
+    for tail in (f"}}:{kind}" for kind in kinds):
+        pattern = _glob_escape(prefix) + "{*" + tail
+        for key in client.scan_iter(match=pattern, count=SCAN_BATCH):
+            text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            if text.startswith(head) and text.endswith(tail):
+                found.add(text[len(head) : -len(tail)])
+    return found
