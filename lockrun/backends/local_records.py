@@ -1,0 +1,119 @@
+"""What lies beside a local kernel lock: the holder's description, the fence, --once marks.
+
+``locks/<name>.json`` (replaced atomically) describes the holder and carries the
+fencing counter, which survives the holder; a --slots lock keeps one counter for all
+its slots in ``<name>~fence``, advanced under a short flock of its own. A finished
+run's --min-hold is a deadline in the description (a kernel lock cannot outlive its
+holder). ``once/<name>/<key>`` marks a --once key done until it expires. Everything
+read here may have been written by someone else: it is parsed defensively.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lockrun.backends import Holder, OnceKey
+from lockrun.backends.local_files import LockFiles
+from lockrun.clock import utc_now_iso
+from lockrun.errors import BackendUnavailable
+from lockrun.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically
+
+#: A holder's description as stored: a JSON object (whoever wrote it).
+Description = dict[str, Any]
+
+
+def finite(value: object) -> float | None:
+    """A finite number from a description's field (which may hold anything), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def read_description(path: Path) -> Description:
+    """The JSON object at ``path``; {} when there is none or it is not a JSON object."""
+    raw = read_small(path)
+    try:
+        data = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stored_fence(record: Description) -> int:
+    """The fence counter a description carries, or 0 when it carries none that makes sense."""
+    fence = record.get("fencing_token")
+    return fence if isinstance(fence, int) and not isinstance(fence, bool) and 0 <= fence < 1 << 62 else 0
+
+
+def cooling(name: str, info: Description) -> Holder | None:
+    """The finished holder whose --min-hold still runs, or None."""
+    left = (finite(info.get("cooling_until_epoch")) or 0.0) - time.time()
+    if left <= 0:
+        return None
+    return Holder.from_fields(name, info, ttl_remaining_s=round(left, 3))
+
+
+class LockRecords:
+    """The descriptions, fence counters and --once marks of the locks in one state directory."""
+
+    def __init__(self, files: LockFiles) -> None:
+        self._files = files
+
+    def read(self, name: str, slot: int | None = None) -> Description:
+        """The holder's description; {} when there is none or it is not a JSON object."""
+        return read_description(self._files.info_path(name, slot))
+
+    def write(self, name: str, record: Description, slot: int | None = None, durable: bool = False) -> None:
+        """Replace the description atomically (``durable``: on disk before this returns). Raises OSError."""
+        write_atomically(self._files.info_path(name, slot), json.dumps(record).encode(), durable=durable)
+
+    def next_fence(self, name: str) -> int:
+        """One fence counter for all slots of a name, incremented under its own short flock."""
+        fd = open_regular(self._files.fence_path(name), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            current = int(raw) if raw.isdigit() and len(raw) < 19 else 0
+            fence = max(current, stored_fence(self.read(name))) + 1
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(fence).encode(), 0)
+            os.fsync(fd)  # after a crash the fence must not go back and repeat
+            return fence
+        finally:
+            os.close(fd)
+
+    def is_done(self, name: str, key: str) -> bool:
+        """Whether the --once ``key`` of ``name`` succeeded and is still remembered."""
+        path = self._files.done_path(name, key)
+        words = (read_small(path, 256) or b"").split()
+        expires = finite(words[0].decode("ascii", "replace")) if words else None
+        if expires is None:
+            return False
+        if expires > time.time():
+            return True
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+
+    def mark_done(self, name: str, once: OnceKey) -> None:
+        """Remember that ``once`` succeeded (until its time runs out), durably."""
+        path = self._files.done_path(name, once.key)
+        try:
+            private_dir(self._files.once_dir, "the --once directory")
+            private_dir(path.parent, "the --once directory")
+            expires = time.time() + once.remember_s
+            write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True)
+        except (OSError, UnsafePath) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise BackendUnavailable(f"cannot mark --once key {once.key!r} done in {path.parent}: {reason}") from None
