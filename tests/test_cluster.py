@@ -24,7 +24,7 @@ class ClusterNodes(list):
 
     def __init__(self, ports: list[int], procs: list[subprocess.Popen]) -> None:
         super().__init__(ports)
-        self.procs = dict(zip(ports, procs))
+        self.procs = dict(zip(ports, procs, strict=True))
 
 
 def _replicas_in_sync(port: int) -> int:
@@ -43,7 +43,8 @@ def cluster():
         procs.append(subprocess.Popen(
             # The bus port is named, not port + 10000, which overflows for high random ports.
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-             "--cluster-port", str(free_port()), "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no", "--dir", str(node_dir)],
+             "--cluster-port", str(free_port()), "--cluster-config-file", "nodes.conf", "--save", "",
+             "--appendonly", "no", "--dir", str(node_dir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ))
     try:
@@ -164,6 +165,7 @@ def test_replicas_wait_on_each_names_own_master(cluster_env, cluster, tmp_path):
             assert result.returncode == 69 and "only 0 of 1 replica acknowledged the lock" in result.stderr
             assert result.stderr.count("\n") == 1 and not flag.exists()
         # another master's replica is not asked, so another name runs
-        assert run_lockrun(cluster_env, "-n", other_name, "--ttl", "10", "--replicas", "1", "--", "true").returncode == 0
+        other = run_lockrun(cluster_env, "-n", other_name, "--ttl", "10", "--replicas", "1", "--", "true")
+        assert other.returncode == 0
     finally:
         cluster.procs[paused_replica].send_signal(signal.SIGCONT)

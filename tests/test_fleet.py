@@ -130,7 +130,8 @@ def test_slots_never_let_more_than_n_run_at_once(env, tmp_path):
     procs = [spawn_lockrun(env, "-n", "sem", "--slots", "3", "-w", "120", "--", PY, "-c", SLOT_JOB, str(log))
              for _ in range(20)]
     assert [p.wait(180) for p in procs] == [0] * 20
-    events = sorted((float(t), kind, int(token)) for kind, t, token in (l.split() for l in log.read_text().splitlines()))
+    lines = log.read_text().splitlines()
+    events = sorted((float(t), kind, int(token)) for kind, t, token in (line.split() for line in lines))
     running, peak = 0, 0
     for _, kind, _ in events:
         running += 1 if kind == "start" else -1

@@ -27,7 +27,8 @@ def test_status_on_one_host_shows_the_other_hosts_failure(hosts):
     assert hosts.run("app-b", "-n", "job", "--", "sh", "-c", "exit 3").returncode == 3
     lock = hosts.json("app-a", "status", "job")["locks"][0]
     assert lock["state"] == "free"
-    assert (lock["last_run"]["status"], lock["last_run"]["exit_code"], lock["last_run"]["host"]) == ("failed", 3, "app-b")
+    last = lock["last_run"]
+    assert (last["status"], last["exit_code"], last["host"]) == ("failed", 3, "app-b")
     table = hosts.run("app-a", "status", "job").stdout
     assert "failed (3) on app-b" in table
     # This host's own newer run wins over the fleet's older one, and the other way round.

@@ -108,9 +108,11 @@ def test_a_sigkilled_slot_holder_is_swept_after_its_ttl(env, redis_server, tmp_p
     import signal
 
     holder2_flag = tmp_path / "held2"
-    holder2 = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c", f"touch {holder2_flag}; sleep 60")
+    holder2 = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c",
+                            f"touch {holder2_flag}; sleep 60")
     other_flag = tmp_path / "held3"
-    other = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c", f"touch {other_flag}; sleep 60")
+    other = spawn_lockrun(env, "-n", "sw2", "--slots", "2", "--ttl", "2", "--", "sh", "-c",
+                          f"touch {other_flag}; sleep 60")
     try:
         wait_until(lambda: holder2_flag.exists() and other_flag.exists(), what="both slot holders")
         assert run_lockrun(env, "-n", "sw2", "--slots", "2", "--", "true").returncode == 75
