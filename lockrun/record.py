@@ -96,7 +96,7 @@ def _parsed_number(value: object, convert: Callable[[str], Number], limit: int) 
         return None
     try:
         return convert(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested JSON raises the latter
         return None
 
 
@@ -119,7 +119,7 @@ def parse_command(value: object) -> list[str]:
     """A JSON list of strings (an argv); anything else reads as an empty command."""
     try:
         parsed = json.loads(_text(value)) if isinstance(value, (str, bytes)) else value
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     if not isinstance(parsed, list):
         return []
@@ -152,7 +152,7 @@ def fields_from_json(text: object) -> dict[str, object]:
     """The fields of a row kept as JSON (:func:`row_json`); anything unreadable is no fields."""
     try:
         parsed = json.loads(_text(text)) if isinstance(text, (str, bytes)) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
 

@@ -202,6 +202,7 @@ def test_a_record_that_cannot_be_written_changes_nothing(env, redis_server):
     {"event": "end"},
     {"event": "nonsense", "run_id": "r3"},
     {"run_id": "r4", "exit_code": "1e400", "duration_s": "nan", "ended_at": "\x1b[31mred"},
+    {"event": "end", "run_id": "r5", "command": "[" * 100000, "row": "[" * 100000},  # nested past the parser's depth
 ])
 def test_records_written_by_someone_else_read_as_strange_runs(env, redis_server, fields):
     client = redis_server.client()
