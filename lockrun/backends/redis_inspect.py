@@ -21,7 +21,6 @@ NO_DESCRIPTION = "no holder description (its info hash is missing)"
 NOT_A_TOKEN = written_by_others("the lock's value is not UTF-8 text, so no lockrun owner token")
 
 #: The replies read per name in the first pipeline of :meth:`RedisInspection.holders`.
-_PER_NAME = 4
 
 
 def _wrong_type(key: str, kind: str, expected: str) -> str:
@@ -91,10 +90,17 @@ class RedisInspection:
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         """Every holder: one per plain lock, one per live slot of a --slots lock."""
-        names = self.lock_names() if names is None else list(names)
-        return self._connection.call(lambda: self._holders(names))
+        if names is not None:
+            wanted = list(names)
+            return self._connection.call(lambda: self._holders(wanted, set(wanted)))
+        # Listing every lock: the SCAN already tells which names have a slots key, so the
+        # plain locks (nearly all of them) are read without asking for slots they do not have.
+        slotted_names = self._connection.call(
+            lambda: scan_names(self._connection.client, self._prefix, ("slots",)))
+        plain_names = self._connection.call(lambda: scan_names(self._connection.client, self._prefix, ("lock",)))
+        return self._connection.call(lambda: self._holders(sorted(plain_names | slotted_names), slotted_names))
 
-    def _holders(self, names: list[str]) -> list[Holder]:
+    def _holders(self, names: list[str], may_have_slots: set[str]) -> list[Holder]:
         client = self._connection.client
         seconds, micros = client.time()
         now_ms = seconds * 1000 + micros // 1000
@@ -107,13 +113,19 @@ class RedisInspection:
                 pipe.get(keys.lock)
                 pipe.pttl(keys.lock)
                 pipe.hgetall(keys.info)
-                pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
+                if name in may_have_slots:
+                    pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
             replies = pipe.execute(raise_on_error=False)
             _raise_unless_data_errors(replies)
             slotted: list[tuple[str, str, float]] = []
             odd: list[tuple[str, str, Any]] = []  # (name, which key, its PTTL reply)
-            for i, name in enumerate(batch):
-                token, pttl, fields, slots = replies[_PER_NAME * i : _PER_NAME * i + _PER_NAME]
+            at = 0
+            per_name: dict[str, list[Any]] = {}
+            for name in batch:
+                width = 4 if name in may_have_slots else 3
+                token, pttl, fields, *rest = per_name[name] = replies[at : at + width]
+                at += width
+                slots = rest[0] if rest else None
                 if isinstance(token, Exception) or int_or_none(pttl) == -1:
                     odd.append((name, "lock", pttl))
                 elif token is not None:
@@ -122,7 +134,7 @@ class RedisInspection:
                     odd.append((name, "slots", None))
                 else:
                     slotted += [(name, text(member), score) for member, score in slots or []]
-            found += self._odd_holders(odd, replies, batch)
+            found += self._odd_holders(odd, per_name)
             found += self._slot_holders(slotted, now_ms)
         return found
 
@@ -138,7 +150,7 @@ class RedisInspection:
         return [described(name, member, int(score) - now_ms, fields, slotted=True)
                 for (name, member, score), fields in zip(slotted, slot_fields, strict=True)]
 
-    def _odd_holders(self, odd: list[tuple[str, str, Any]], replies: list[Any], batch: list[str]) -> list[Holder]:
+    def _odd_holders(self, odd: list[tuple[str, str, Any]], per_name: dict[str, list[Any]]) -> list[Holder]:
         """Holders for lock keys of another type or without a TTL, and slots keys of another type."""
         if not odd:
             return []
@@ -162,7 +174,6 @@ class RedisInspection:
                     name, {}, ttl_remaining_s=expiry_s(pttl), foreign=True,
                     problem=_wrong_type(keys.lock, kind, "string")))
                 continue
-            i = batch.index(name)
-            token, _, fields, _ = replies[_PER_NAME * i : _PER_NAME * i + _PER_NAME]
+            token, _, fields = per_name[name][:3]
             found.append(described(name, token, pttl, fields).with_problem(NO_EXPIRY))
         return found
