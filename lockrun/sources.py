@@ -105,7 +105,8 @@ def ledger_timeline(
         lanes = [tl.Lane(name, None, [], []) for name in names or []]
         return [lane.name for lane in lanes], tl.layout(lanes, window)
     since, until = tl.iso(window.since), tl.iso(window.until)
-    keys = book.window_lanes(since, until, names, host=host, by_host=by_host)
-    runs = book.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
+    reads = book.timeline()
+    keys = reads.window_lanes(since, until, names, host=host, by_host=by_host)
+    runs = reads.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
                        with_host=by_host, detail=detail)
     return [tl.label(name, lane_host) for name, lane_host in keys], tl.layout(tl.lanes(runs, by_host), window)

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun.ledger import _MIGRATIONS, SCHEMA_VERSION, Ledger, RunRecord
+from lockrun.ledger import Ledger, RunRecord
+from lockrun.ledger_file import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 
 PY = sys.executable
@@ -143,7 +144,7 @@ def test_history_without_a_ledger_is_empty(env):
 def test_a_version_1_ledger_is_migrated_in_place(tmp_path):
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
-    for statement in _MIGRATIONS[1]:
+    for statement in MIGRATIONS[1]:
         db.execute(statement)
     db.execute("PRAGMA user_version = 1")
     for i, status in enumerate(["succeeded", "succeeded", "failed", "running"]):
@@ -161,7 +162,7 @@ def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
     for version in (1, 2, 3):
-        for statement in _MIGRATIONS[version]:
+        for statement in MIGRATIONS[version]:
             db.execute(statement)
     db.execute("PRAGMA user_version = 3")
     db.execute("INSERT INTO runs (run_id, name, status, exit_code, signal, host, pid, command, backend, started_at,"

@@ -294,8 +294,8 @@ def test_the_ledger_and_history_rows_draw_the_same_chart(known_day, tmp_path):
     book = Ledger(os.path.join(known_day["LOCKRUN_STATE_DIR"], "ledger.db"),
                   known_dead=this_host.known_dead).open(create=False)
     try:
-        keys = book.window_lanes(tl.iso(window.since), tl.iso(window.until))
-        from_ledger = list(tl.lanes(book.window(tl.iso(window.since), tl.iso(window.until))))
+        keys = book.timeline().window_lanes(tl.iso(window.since), tl.iso(window.until))
+        from_ledger = list(tl.lanes(book.timeline().window(tl.iso(window.since), tl.iso(window.until))))
     finally:
         book.close()
     labels = [tl.label(name, h) for name, h in keys]
@@ -321,7 +321,7 @@ def test_fleet_rows_draw_as_the_ledger_does(env, tmp_path):
     book = Ledger(os.path.join(env["LOCKRUN_STATE_DIR"], "ledger.db"), known_dead=this_host.known_dead).open(
         create=False)
     try:
-        from_ledger = list(tl.lanes(book.window(tl.iso(since), tl.iso(until), with_host=True), by_host=True))
+        from_ledger = list(tl.lanes(book.timeline().window(tl.iso(since), tl.iso(until), with_host=True), by_host=True))
     finally:
         book.close()
     labels = [tl.label(lane.name, lane.host) for lane in from_fleet]
