@@ -33,7 +33,7 @@ SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(NOT_A_RUN)) + ")"  # 
 SPAN = ("started_at, ended_at, status,"
         " CASE WHEN typeof(duration_s) IN ('real', 'integer') AND abs(duration_s) < 1e12 THEN duration_s END")
 # RunSpan's fields for the SVG's tooltips.
-DETAIL = ", host, run_id, exit_code"
+DETAIL = ", host, run_id, exit_code, exit_status, signal"
 
 
 def open_sql(columns: str, host_filter: str) -> str:
@@ -135,7 +135,7 @@ class LedgerTimeline:
 
         ``since`` and ``until`` are ISO timestamps. Runs and skips are plain tuples in the field
         order of ``timeline.RunSpan`` (started_at, ended_at, status, duration_s, then with
-        ``with_host`` host, and with ``detail`` host, run_id and exit_code):
+        ``with_host`` host, and with ``detail`` host, run_id, exit_code, exit_status and signal):
         plain, short tuples from one index range per name, because a busy week is a million rows,
         and yielded one name at a time so that only one name's runs are in memory. Runs: the
         finished ones ordered by end, then the unfinished ones (``ended_at`` None; ``running``, or
@@ -152,7 +152,7 @@ class LedgerTimeline:
             f" AND typeof(started_at) = 'text' AND typeof(ended_at) = 'text'{host_filter} ORDER BY ended_at, started_at"
         )
         unfinished_sql = open_sql(columns, host_filter)
-        width = 4 + (3 if detail else (1 if with_host else 0))  # the columns before the liveness ones
+        width = 4 + (5 if detail else (1 if with_host else 0))  # the columns before the liveness ones
         all_names = self.names() if names is None else names
         with self._connection() as db:
             cursor = plain_cursor(db)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
+from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from lockrun import timeline as tl
 from lockrun.clock import human_duration, parse_iso
 from lockrun.render import STATUS_STYLES, STYLE_HEX
+from lockrun.render import _exit_parts as exit_parts  # history's EXIT column: the tooltips say it the same way
 
 MIN_WIDTH, MAX_WIDTH, DEFAULT_WIDTH = 70, 1000, 100
 FIGURES_HEAD = f"{'runs':>5} {'fail':>4} {'skip':>4} {'median':>7} {'max':>7}  {'last':<11}"
@@ -338,6 +340,18 @@ def _svg_runs(chart: tl.LaneChart, track: tl.Track, top: float, chart_x: float, 
     return out
 
 
+def _outcome(status: str, run: tuple[Any, ...]) -> str:
+    """``failed (exit 3)``, ``timeout (exit 124, sig 15)``, ``lost (exit 76, cmd 0)``: what cron
+    saw, and how the command ended when that says more, by the rule of history's EXIT column.
+    Rows written before the ledger recorded exit statuses have the command's code alone."""
+    row = dict(zip(("exit_code", "exit_status", "signal"), (*run[6:9], None, None, None), strict=False))
+    code, command = exit_parts(row)
+    said = [] if code in ("-", "0") else [code if code.startswith("sig") else f"exit {code}"]
+    if command:
+        said.append(command)
+    return f"{status} ({', '.join(said)})" if said else status
+
+
 def _tooltip(chart: tl.LaneChart, track: tl.Track, group: list[int], window: tl.Window) -> str:
     where = f" ({chart.host})" if chart.host else ""
     if len(group) > 1:
@@ -349,8 +363,7 @@ def _tooltip(chart: tl.LaneChart, track: tl.Track, group: list[int], window: tl.
                 f"{_local(track.ends[group[-1]])}: {summary}")
     run = track.runs[group[0]]
     status = run[2]
-    exit_code = run[6] if len(run) > 6 else None
-    outcome = f"{status} (exit {exit_code})" if exit_code not in (None, 0) else status
+    outcome = _outcome(status, run)
     ended = run[1]
     until = _local(ended) if ended else ("now" if status == "running" else "unknown")
     text = f"{chart.name}{where}: {outcome}, {_local(run[0])} to {until}"

@@ -65,7 +65,9 @@ class RunSpan(NamedTuple):
     duration_s: float | None
     host: str | None
     run_id: str | None = None  # only for the SVG's tooltips
-    exit_code: int | None = None
+    exit_code: int | None = None  # the command's own
+    exit_status: int | None = None  # what lockrun exited with: what cron saw
+    signal: int | None = None  # the signal that ended the command
 
 
 _START, _END, _STATUS, _DURATION, _HOST = 0, 1, 2, 3, 4
@@ -268,7 +270,7 @@ def lanes_from_rows(rows: Iterable[dict], window: Window, *, host: str | None = 
         span = (started, ended, status, float(duration) if duration is not None else None,
                 row.get("host") if isinstance(row.get("host"), str) else None,
                 row.get("run_id") if isinstance(row.get("run_id"), str) else None,
-                row.get("exit_code") if isinstance(row.get("exit_code"), int) else None)
+                _integer(row.get("exit_code")), _integer(row.get("exit_status")), _integer(row.get("signal")))
         if started >= until or (ended is not None and ended < since):
             continue
         runs, marks = per_name.setdefault(row["name"], ([], []))
@@ -280,6 +282,10 @@ def lanes_from_rows(rows: Iterable[dict], window: Window, *, host: str | None = 
     for runs, marks in per_name.values():
         marks.sort()
     return list(lanes(((name, *per_name[name]) for name in sorted(per_name)), by_host))
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _canonical(value) -> str | None:

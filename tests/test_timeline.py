@@ -22,6 +22,7 @@ from lockrun import render_timeline
 from lockrun import timeline as tl
 from lockrun.clock import ISO_FORMAT
 from lockrun.ledger import Ledger, RunRecord
+from lockrun.render import exit_text
 from tests.conftest import history, lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -362,6 +363,31 @@ def test_svg_has_one_rect_per_run_and_the_names(known_day, tmp_path):
     # The timeout and the run overlapping it lie on two rows.
     beta = [e for e in runs if e.find(f"{SVG}title").text.startswith("beta_")]
     assert len({e.get("y") for e in beta}) == 2
+
+
+def test_svg_tooltips_say_what_cron_saw(tenv, tmp_path):
+    """A run's tooltip says what lockrun exited with (what cron and the shell saw), and how the
+    command ended when that says more, as history's EXIT column does; a row written before the
+    ledger recorded exit statuses has the command's code alone."""
+    assert run_lockrun(tenv, "-n", "late", "--timeout", "0.3", "--", "sleep", "5").returncode == 124
+    assert run_lockrun(tenv, "-n", "broken", "--", "sh", "-c", "exit 3").returncode == 3
+    assert run_lockrun(tenv, "-n", "fine", "--", "true").returncode == 0
+    book = ledger_of(tenv)
+    now = stamp(datetime.now(timezone.utc))
+    for name, code, exit_status in (("replaced", 0, 76), ("old-row", 5, None)):
+        run_id = uuid.uuid4().hex
+        book.start(RunRecord(run_id, name, ["job"], "local", now))
+        book.finish(run_id, status="lost" if exit_status else "failed", ended_at=now, duration_s=0.5,
+                    exit_code=code, exit_status=exit_status)
+    book.close()
+    result = timeline(tenv, "--since", "1h", "--svg", "-")
+    assert result.returncode == 0, result.stderr
+    tips = {e.find(f"{SVG}title").text.split(", 20")[0] for e in ElementTree.fromstring(result.stdout.encode()).iter(
+        f"{SVG}rect") if e.get("class") == "run"}
+    assert tips == {"late: timeout (exit 124, sig 15)", "broken: failed (exit 3)", "fine: succeeded",
+                    "replaced: lost (exit 76, cmd 0)", "old-row: failed (exit 5)"}
+    exits = {row["name"]: exit_text(row) for row in history(tenv)}  # history's EXIT column
+    assert exits == {"late": "124 (sig 15)", "broken": "3", "fine": "0", "replaced": "76 (cmd 0)", "old-row": "5"}
 
 
 def test_svg_to_stdout(known_day):
