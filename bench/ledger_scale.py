@@ -57,7 +57,7 @@ def main(argv: list[str]) -> dict:
                 proc.terminate()
                 proc.wait(60)
         base = times["lockrun --version"]
-        ratio = {name: statistics.median(a / b for a, b in zip(t, base)) for name, t in times.items()}
+        ratio = {name: statistics.median(a / b for a, b in zip(t, base, strict=True)) for name, t in times.items()}
 
         before = Ledger(ledger).open()
         count_before = before._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]

@@ -665,7 +665,7 @@ def timeline(
     is unreachable).
     """
     from lockrun import render_timeline as drawing
-    from lockrun import sources
+    from lockrun import sources, timeline_charts
     from lockrun import timeline as tl
 
     resolved = _settings(ctx)
@@ -680,12 +680,13 @@ def timeline(
             labels, charts = [tl.label(lane.name, lane.host) for lane in lanes], tl.layout(lanes, window)
         else:
             labels, charts = sources.ledger_timeline(book, window, wanted, host_filter, by_host,
-                                                     detail=svg_path is not None)
+                                                     per_run_below=drawing.SVG_PER_RUN_BELOW if svg_path else 0)
         if svg_path is not None:
             from lockrun.host import hostname
 
             source = "the fleet record (every host)" if from_fleet else f"the ledger of {hostname()}"
-            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in {source}")
+            details = None if book is None else timeline_charts.run_details(book, host_filter)
+            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in {source}", details=details)
             try:
                 _write_file(svg_path, document)
             except OSError as exc:

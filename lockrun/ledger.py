@@ -29,6 +29,7 @@ from lockrun.ledger_file import (
     retry_locked,
     rollback,
 )
+from lockrun.ledger_lanes import LaneReads
 from lockrun.ledger_timeline import LedgerTimeline
 from lockrun.record import IN_PROGRESS, ROW_FIELDS, Status
 
@@ -322,6 +323,10 @@ class Ledger:
     def timeline(self) -> LedgerTimeline:
         """The timeline's reads: the lanes of a window and their runs (ledger_timeline.py)."""
         return LedgerTimeline(self._connection, self._known_dead)
+
+    def lanes(self) -> LaneReads:
+        """The timeline's reads of a lane as columns and figures (ledger_lanes.py)."""
+        return LaneReads(self._connection, self._known_dead)
 
     def recent_configurations(self, since: str, names: list[str] | None = None) -> list[dict[str, Any]]:
         """How this host's runs since ``since`` reached their backend, newest first: ``name``,

@@ -1,9 +1,10 @@
 """The timeline's reads of the run ledger: which lanes a window has, and their runs as rows.
 
 A busy week is a million rows, so these reads return plain, short tuples (in the field order of
-``timeline.RunSpan``) from one index range per name, one name at a time. They work through the
-ledger's connection helper (``Ledger._connection``: "is it open", and SQLite errors as
-LedgerError); the ledger hands them out (``Ledger.timeline()``).
+``timeline.RunSpan``) from one index range per name, one name at a time. ``ledger_lanes`` reads
+the same runs as columns, for lanes that need no tuple per run. Both work through the ledger's
+connection helper (``Ledger._connection``: "is it open", and SQLite errors as LedgerError); the
+ledger hands them out (``Ledger.timeline()``, ``Ledger.lanes()``).
 """
 
 from __future__ import annotations
@@ -169,3 +170,18 @@ class LedgerTimeline:
                     runs.append((row[0], None, open_status(row, width, self._known_dead), None, *row[4:width]))
                 if runs or skips or names is not None:
                     yield name, runs, skips
+
+    def runs_started_at(self, name: str, starts: list[str], host: str | None = None) -> list[Row]:
+        """The runs (skips aside) of ``name`` that started at one of ``starts``, as
+        ``window(detail=True)`` gives them: the SVG's tooltips of runs drawn from a summary."""
+        found: list[Row] = []
+        host_filter = " AND host = ?" if host is not None else ""
+        with self._connection() as db:
+            cursor = plain_cursor(db)
+            for chunk in range(0, len(starts), 500):  # well under SQLite's limit of parameters
+                part = starts[chunk:chunk + 500]
+                sql = (f"SELECT {SPAN}{DETAIL} FROM runs INDEXED BY runs_name_started"
+                       f" WHERE name = ? AND started_at IN ({', '.join('?' * len(part))}) AND status NOT IN {SKIPS}"
+                       f"{host_filter}")
+                found += cursor.execute(sql, (name, *part, *([host] if host is not None else []))).fetchall()
+        return found

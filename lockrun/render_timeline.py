@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
-from typing import Any
-from xml.sax.saxutils import escape, quoteattr
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lockrun import timeline as tl
 from lockrun.clock import human_duration, parse_iso
+from lockrun.record import Status
 from lockrun.render import STATUS_STYLES, STYLE_HEX
 from lockrun.render import _exit_parts as exit_parts  # history's EXIT column: the tooltips say it the same way
+
+if TYPE_CHECKING:
+    from lockrun.lane_summary import Stretch, SummaryTrack
+
+XOf = Callable[[str], float]  # a time's x in the chart, in pixels
 
 MIN_WIDTH, MAX_WIDTH, DEFAULT_WIDTH = 70, 1000, 100
 FIGURES_HEAD = f"{'runs':>5} {'fail':>4} {'skip':>4} {'median':>7} {'max':>7}  {'last':<11}"
@@ -72,9 +77,9 @@ def text_lines(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Win
     for chart in charts:
         label = tl.label(chart.name, chart.host)
         marks = tl.mark_cells(chart.marks, bounds)
-        tracks = chart.tracks or [None]
+        tracks: Sequence[tl.Track | SummaryTrack | None] = chart.tracks or [None]
         for index, track in enumerate(tracks):
-            cells = tl.cells(track, bounds) if track is not None else [None] * chart_width
+            cells: list[str | None] = tl.cells(track, bounds) if track is not None else [None] * chart_width
             line: list[Segment] = []
             if index == 0:
                 line.append((_fit(label, label_width, colour).ljust(label_width) + " |", None))
@@ -231,11 +236,28 @@ _MIN_RUN_PX = 3.0
 _GRID, _BAND, _TEXT, _MUTED = "#dee2e6", "#f8f9fa", "#212529", "#868e96"
 
 
+def escape(text: str) -> str:
+    """What ``xml.sax.saxutils.escape`` does, without importing it: it imports urllib, whose
+    import alone is a tenth of a text chart's time."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _hex(status: str) -> str:
     return STYLE_HEX.get(STATUS_STYLES.get(status, ""), "#495057")
 
 
-def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, subtitle: str = "") -> str:
+# A lane of a ledger with fewer runs than this (about one per pixel) is drawn run by run, each
+# with its own tooltip; a busier one from its summary (see ``_svg_stretches``).
+SVG_PER_RUN_BELOW = _CHART_PX
+
+# The runs of a chart's lane that started at the given times, with every detail (run id, exit
+# codes): ``window(detail=True)``-shaped tuples. The SVG asks for those of a summary that it
+# draws alone.
+RunDetails = Callable[[tl.LaneChart, list[str]], list[tl.Span]]
+
+
+def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, subtitle: str = "",
+        details: RunDetails | None = None) -> str:
     """The chart as a standalone SVG document: one <rect class="run"> per run with a <title>
     tooltip, the lane names and figures as <text>.
 
@@ -248,18 +270,21 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
     width = figures_x + len(FIGURES_HEAD) * _CHAR + _MARGIN
     since_s = window.since.timestamp()
     scale = _CHART_PX / window.seconds
+    days: dict[str, int | None] = {}
 
     def x_of(stamp: str) -> float:
-        moment = parse_iso(stamp.rstrip("~"))
-        if moment is None:
+        seconds = _epoch_seconds(stamp.rstrip("~"), days)
+        if seconds is None:
             return 0.0
-        return min(max((moment.timestamp() - since_s) * scale, 0.0), _CHART_PX)
+        return min(max((seconds - since_s) * scale, 0.0), _CHART_PX)
+
+    pixels = window.boundaries(_CHART_PX)
 
     body: list[str] = []
     y = _TOP
     for row, chart in enumerate(charts):
         label = tl.label(chart.name, chart.host)
-        tracks = chart.tracks or [None]
+        tracks: Sequence[tl.Track | SummaryTrack | None] = chart.tracks or [None]
         height = len(tracks) * _PITCH + 6
         if row % 2 == 0:
             body.append(f'<rect x="{_MARGIN / 2}" y="{y}" width="{width - _MARGIN}" height="{height}" fill="{_BAND}"/>')
@@ -270,8 +295,10 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
             top = y + 4 + index * _PITCH
             if index:
                 body.append(f'<text x="{_MARGIN + 12}" y="{top + 11}" class="muted">overlap</text>')
-            if track is not None:
+            if isinstance(track, tl.Track):
                 body.extend(_svg_runs(chart, track, top, chart_x, x_of, window))
+            elif track is not None:
+                body.extend(_svg_stretches(chart, track.stretches(pixels), top, chart_x, x_of, details))
         body.extend(_svg_marks(chart, y + 4 + _BAR_H + 1, chart_x, x_of))
         y += height
     if y == _TOP:
@@ -288,14 +315,14 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
     frame = (f'<rect x="{chart_x}" y="{_TOP - 6}" width="{_CHART_PX}" height="{chart_bottom - _TOP + 6}" '
              f'fill="none" stroke="{_GRID}"/>')
     legend, legend_height = _svg_legend(chart_x, chart_bottom + 24)
-    height = chart_bottom + 24 + legend_height + _MARGIN
+    page_height = chart_bottom + 24 + legend_height + _MARGIN
     since_local, until_local = window.since.astimezone(), window.until.astimezone()
     title = (f"lockrun timeline \u00b7 {since_local:%Y-%m-%d %H:%M} to {until_local:%Y-%m-%d %H:%M} "
              f"{since_local.strftime('%Z') or since_local.strftime('%z')}")
     parts = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family={quoteattr(_FONT)} font-size="12">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{page_height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {page_height:.0f}" font-family="{_FONT}" font-size="12">',
         f'<style>.name{{fill:{_TEXT}}} .muted{{fill:{_MUTED}}} .title{{fill:{_TEXT};font-size:15px;font-weight:bold}} '
         f'.fig{{fill:{_TEXT}}} rect.run:hover,rect.runs:hover{{stroke:{_TEXT};stroke-width:1}}</style>',
         '<rect width="100%" height="100%" fill="#ffffff"/>',
@@ -307,7 +334,8 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
     return "\n".join(parts) + "\n"
 
 
-def _svg_runs(chart: tl.LaneChart, track: tl.Track, top: float, chart_x: float, x_of, window: tl.Window) -> list[str]:
+def _svg_runs(chart: tl.LaneChart, track: tl.Track, top: float, chart_x: float, x_of: XOf,
+              window: tl.Window) -> list[str]:
     """One rect per run; runs whose rects would touch (under half a pixel apart) share one."""
     out: list[str] = []
     group: list[int] = []
@@ -326,10 +354,7 @@ def _svg_runs(chart: tl.LaneChart, track: tl.Track, top: float, chart_x: float, 
     for index in range(len(track.runs)):
         if track.ends[index] <= since or track.starts[index] >= until:
             continue  # ended as the window began
-        start, end = x_of(track.starts[index]), x_of(track.ends[index])
-        if end - start < _MIN_RUN_PX:  # short runs stay visible, inside the frame at the window's end
-            start = min(start, _CHART_PX - _MIN_RUN_PX)
-            end = start + _MIN_RUN_PX
+        start, end = _drawn(x_of(track.starts[index]), x_of(track.ends[index]))
         if group and start < right + 0.5:
             group.append(index)
             right = max(right, end)
@@ -340,11 +365,65 @@ def _svg_runs(chart: tl.LaneChart, track: tl.Track, top: float, chart_x: float, 
     return out
 
 
-def _outcome(status: str, run: tuple[Any, ...]) -> str:
+def _drawn(start: float, end: float) -> tuple[float, float]:
+    """Where a run's rect begins and ends: a short run stays visible, inside the frame at the
+    window's end."""
+    if end - start < _MIN_RUN_PX:
+        start = min(start, _CHART_PX - _MIN_RUN_PX)
+        end = start + _MIN_RUN_PX
+    return start, end
+
+
+def _svg_stretches(chart: tl.LaneChart, stretches: list[Stretch], top: float, chart_x: float, x_of: XOf,
+                   details: RunDetails | None) -> list[str]:
+    """A lane drawn from its summary (``lane_summary.SummaryTrack``): one rect per stretch of
+    pixels that its runs cover. A run alone in its stretch is drawn as ``_svg_runs`` draws it,
+    with its details from ``details``; several share a rect whose tooltip counts them."""
+    singles = [stretch.started_at for stretch in stretches if stretch.run_count == 1]
+    found = {(run[0], run[1]): run for run in details(chart, singles)} if details and singles else {}
+    out: list[str] = []
+    for stretch in stretches:
+        # From where its first run is drawn to where its last one is, as _svg_runs draws runs.
+        start = _drawn(x_of(stretch.started_at), x_of(stretch.first_ended_at))[0]
+        end = _drawn(x_of(stretch.last_started_at), x_of(stretch.ended_at))[1]
+        status = tl.worst(stretch.statuses)
+        # The row of a run that has not ended has no end; its status as drawn is the summary's
+        # (a running row whose lockrun is gone is drawn abandoned).
+        run = found.get((stretch.started_at, stretch.ended_at.rstrip("~"))) or found.get((stretch.started_at, None))
+        if stretch.run_count == 1 and run is not None:
+            css, tip = "run", _run_tooltip(chart, (*run[:2], status, *run[3:]))
+        else:
+            counts = sorted(stretch.statuses.items(), key=lambda kv: (-kv[1], -tl.SEVERITY.index(kv[0])))
+            css = "runs" if stretch.run_count > 1 else "run"
+            tip = _group_tooltip(chart, stretch.run_count, stretch.started_at, stretch.ended_at, counts)
+        out.append(f'<rect class="{css}" x="{chart_x + start:.2f}" y="{top}" width="{end - start:.2f}" '
+                   f'height="{_BAR_H}" rx="1.5" fill="{_hex(status)}"><title>{escape(tip)}</title></rect>')
+    return out
+
+
+def _tooltip(chart: tl.LaneChart, track: tl.Track, group: list[int], window: tl.Window) -> str:
+    if len(group) > 1:
+        counts: dict[str, int] = {}
+        for i in group:
+            counts[track.statuses[i]] = counts.get(track.statuses[i], 0) + 1
+        return _group_tooltip(chart, len(group), track.starts[group[0]], track.ends[group[-1]],
+                              sorted(counts.items(), key=lambda kv: -kv[1]))
+    return _run_tooltip(chart, track.runs[group[0]])
+
+
+def _group_tooltip(chart: tl.LaneChart, count: int, started_at: str, ended_at: str,
+                   counts: list[tuple[str, int]]) -> str:
+    where = f" ({chart.host})" if chart.host else ""
+    summary = ", ".join(f"{n} {status}" for status, n in counts)
+    return f"{chart.name}{where}: {count} runs from {_local(started_at)} to {_local(ended_at)}: {summary}"
+
+
+def _outcome(status: str, run: tl.Span) -> str:
     """``failed (exit 3)``, ``timeout (exit 124, sig 15)``, ``lost (exit 76, cmd 0)``: what cron
     saw, and how the command ended when that says more, by the rule of history's EXIT column.
     Rows written before the ledger recorded exit statuses have the command's code alone."""
-    row = dict(zip(("exit_code", "exit_status", "signal"), (*run[6:9], None, None, None), strict=False))
+    numbers = (value if isinstance(value, int) and not isinstance(value, bool) else None for value in run[6:9])
+    row = dict(zip(("exit_code", "exit_status", "signal"), (*numbers, None, None, None), strict=False))
     code, command = exit_parts(row)
     said = [] if code in ("-", "0") else [code if code.startswith("sig") else f"exit {code}"]
     if command:
@@ -352,20 +431,12 @@ def _outcome(status: str, run: tuple[Any, ...]) -> str:
     return f"{status} ({', '.join(said)})" if said else status
 
 
-def _tooltip(chart: tl.LaneChart, track: tl.Track, group: list[int], window: tl.Window) -> str:
+def _run_tooltip(chart: tl.LaneChart, run: tl.Span) -> str:
     where = f" ({chart.host})" if chart.host else ""
-    if len(group) > 1:
-        counts: dict[str, int] = {}
-        for i in group:
-            counts[track.statuses[i]] = counts.get(track.statuses[i], 0) + 1
-        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        return (f"{chart.name}{where}: {len(group)} runs from {_local(track.starts[group[0]])} to "
-                f"{_local(track.ends[group[-1]])}: {summary}")
-    run = track.runs[group[0]]
     status = run[2]
     outcome = _outcome(status, run)
     ended = run[1]
-    until = _local(ended) if ended else ("now" if status == "running" else "unknown")
+    until = _local(ended) if ended else ("now" if status == Status.RUNNING else "unknown")
     text = f"{chart.name}{where}: {outcome}, {_local(run[0])} to {until}"
     if run[3] is not None:
         text += f" ({human_duration(run[3])})"
@@ -378,14 +449,32 @@ def _tooltip(chart: tl.LaneChart, track: tl.Track, group: list[int], window: tl.
     return text
 
 
+def _epoch_seconds(stamp: str, days: dict[str, int | None]) -> float | None:
+    """``parse_iso(stamp).timestamp()``, without a datetime per run: the day's start is worked
+    out once per day, the time of day by hand, in whole microseconds (so the sum is the same
+    float). Anything but the ledger's form goes through ``parse_iso``."""
+    day = days.get(stamp[:10], -1)
+    if day == -1:
+        moment = parse_iso(stamp[:10] + "T00:00:00.000000Z")
+        day = days[stamp[:10]] = None if moment is None else int(moment.timestamp())
+    clock = stamp[11:13], stamp[14:16], stamp[17:19], stamp[20:26]
+    if (day is None or len(stamp) != 27 or (stamp[10], stamp[13], stamp[16], stamp[19], stamp[26]) != tuple("T::.Z")
+            or not ("".join(clock).isascii() and "".join(clock).isdigit())
+            or not (clock[0] < "24" and clock[1] < "60" and clock[2] < "60")):
+        moment = parse_iso(stamp)
+        return None if moment is None else moment.timestamp()
+    seconds = day + int(clock[0]) * 3600 + int(clock[1]) * 60 + int(clock[2])
+    return (seconds * 1_000_000 + int(clock[3])) / 1_000_000
+
+
 def _local(stamp: str) -> str:
     moment = parse_iso(stamp.rstrip("~"))
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else str(stamp)
 
 
-def _svg_marks(chart: tl.LaneChart, y: float, chart_x: float, x_of) -> list[str]:
+def _svg_marks(chart: tl.LaneChart, y: float, chart_x: float, x_of: XOf) -> list[str]:
     """A thin grey tick under the lane for each skip; skips within 2 px of each other share one."""
-    groups: list[list] = []  # [x, count, first mark]
+    groups: list[list[Any]] = []  # [x, count, first mark]
     for mark in chart.marks:
         x = x_of(mark[0])
         if groups and x - groups[-1][0] < 2:

@@ -91,22 +91,21 @@ def fleet_rows_in(resolved: settings.Settings, window: tl.Window, names: list[st
 
 
 def ledger_timeline(
-    book: Ledger | None, window: tl.Window, names: list[str] | None, host: str | None, by_host: bool, detail: bool
+    book: Ledger | None, window: tl.Window, names: list[str] | None, host: str | None, by_host: bool,
+    per_run_below: int = 0,
 ) -> tuple[list[str], Iterator[tl.LaneChart]]:
-    """``timeline``: the lanes' labels, and their charts as a stream: from this host's ledger.
+    """``timeline``: the lanes' labels, and their charts as a stream: from this host's ledger
+    (``timeline_charts.from_ledger``: a lane with fewer than ``per_run_below`` runs is drawn run
+    by run, with every detail, as the SVG wants it).
 
     The seam for other sources: rows shaped like ``history --json`` (the fleet record's, say)
     become lanes through ``timeline.lanes_from_rows(rows, window, host=..., by_host=...)``, then
     charts through ``timeline.layout``.
     """
     from lockrun import timeline as tl
+    from lockrun import timeline_charts
 
     if book is None:
         lanes = [tl.Lane(name, None, [], []) for name in names or []]
         return [lane.name for lane in lanes], tl.layout(lanes, window)
-    since, until = tl.iso(window.since), tl.iso(window.until)
-    reads = book.timeline()
-    keys = reads.window_lanes(since, until, names, host=host, by_host=by_host)
-    runs = reads.window(since, until, list(dict.fromkeys(name for name, _ in keys)), host=host,
-                       with_host=by_host, detail=detail)
-    return [tl.label(name, lane_host) for name, lane_host in keys], tl.layout(tl.lanes(runs, by_host), window)
+    return timeline_charts.from_ledger(book, window, names, host, by_host, per_run_below)

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, time, timedelta, timezone
 from functools import partial
 from itertools import compress, islice
 from operator import eq, is_not, itemgetter, le, lt
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.clock import ISO_FORMAT, parse_iso
 from lockrun.errors import UsageError
 from lockrun.record import NOT_A_RUN, Status
+
+if TYPE_CHECKING:
+    from lockrun.lane_summary import SummaryTrack
 
 # Skips: nothing ran. Drawn as a faint mark on the lane, never as a bar, never counted as a run.
 MARK_STATUSES = NOT_A_RUN
@@ -33,7 +36,7 @@ MARK_STATUSES = NOT_A_RUN
 # When several runs share one cell, the worst one is drawn (later in this list is worse).
 SEVERITY = (Status.SUCCEEDED, Status.RUNNING, Status.PREEMPTED, Status.UNAVAILABLE, Status.ABANDONED, Status.ERROR,
             Status.KILLED, Status.FAILED, Status.TIMEOUT, Status.LOST)
-_RANK = {status: rank for rank, status in enumerate(SEVERITY, start=1)}  # unknown statuses: 0
+_RANK: dict[str, int] = {status: rank for rank, status in enumerate(SEVERITY, start=1)}  # unknown statuses: 0
 
 # What counts as a failure in a lane's figures: every run that did not do its work, except a
 # run that another run replaced on purpose (--replace) and one still running.
@@ -70,6 +73,10 @@ class RunSpan(NamedTuple):
     signal: int | None = None  # the signal that ended the command
 
 
+#: A run as sources hand it over: a plain tuple in RunSpan's field order (a busy week is a
+#: million of them, and a NamedTuple per run costs more than the chart).
+Span = tuple[Any, ...]
+
 _START, _END, _STATUS, _DURATION, _HOST = 0, 1, 2, 3, 4
 
 
@@ -78,8 +85,8 @@ class Lane(NamedTuple):
 
     name: str
     host: str | None
-    runs: list  # RunSpan-shaped tuples, any order
-    marks: list  # RunSpan-shaped tuples of skips
+    runs: list[Span]  # any order
+    marks: list[Span]  # skips
 
 
 class Track(NamedTuple):
@@ -90,7 +97,7 @@ class Track(NamedTuple):
     it started in.
     """
 
-    runs: list
+    runs: list[Span]
     starts: list[str]
     ends: list[str]
     statuses: list[str]
@@ -108,8 +115,10 @@ class Figures(NamedTuple):
 class LaneChart(NamedTuple):
     name: str
     host: str | None
-    tracks: list[Track]  # the first one holds every run that overlaps no earlier one
-    marks: list  # skips, in time order
+    # The first one holds every run that overlaps no earlier one. A lane drawn from its summary
+    # has one SummaryTrack instead (lane_summary: its runs as columns, no tuple per run).
+    tracks: Sequence[Track | SummaryTrack]
+    marks: list[Span]  # skips, in time order
     figures: Figures
 
 
@@ -222,7 +231,7 @@ def _shown(moment: datetime) -> str:
 # --- lanes from a source --------------------------------------------------------------------------------
 
 
-def lanes(per_name: Iterable[tuple[str, list, list]], by_host: bool = False) -> Iterator[Lane]:
+def lanes(per_name: Iterable[tuple[str, list[Span], list[Span]]], by_host: bool = False) -> Iterator[Lane]:
     """Lanes from (name, runs, marks) in name order; with ``by_host`` one per host of each name
     (the tuples must then carry the host)."""
     for name, runs, marks in per_name:
@@ -236,7 +245,7 @@ def lanes(per_name: Iterable[tuple[str, list, list]], by_host: bool = False) -> 
             yield Lane(name, None, runs, marks)
 
 
-def _host(run: tuple) -> str:
+def _host(run: Span) -> str:
     return run[_HOST] if isinstance(run[_HOST], str) else "?"
 
 
@@ -245,7 +254,7 @@ def label(name: str, host: str | None) -> str:
     return name if host is None else f"{name} ({host})"
 
 
-def lanes_from_rows(rows: Iterable[dict], window: Window, *, host: str | None = None,
+def lanes_from_rows(rows: Iterable[dict[str, Any]], window: Window, *, host: str | None = None,
                     by_host: bool = False) -> list[Lane]:
     """Lanes from ``history --json``-shaped rows, from any source (the ledger, the fleet record).
 
@@ -253,7 +262,7 @@ def lanes_from_rows(rows: Iterable[dict], window: Window, *, host: str | None = 
     overlap the window (and the skips inside it) are kept.
     """
     since, until = iso(window.since), iso(window.until)
-    per_name: dict[str, tuple[list, list]] = {}
+    per_name: dict[str, tuple[list[Span], list[Span]]] = {}
     for row in rows:
         if not isinstance(row, dict) or not isinstance(row.get("name"), str):
             continue
@@ -279,7 +288,7 @@ def lanes_from_rows(rows: Iterable[dict], window: Window, *, host: str | None = 
                 marks.append(span)
         else:
             runs.append(span)
-    for runs, marks in per_name.values():
+    for _runs, marks in per_name.values():
         marks.sort()
     return list(lanes(((name, *per_name[name]) for name in sorted(per_name)), by_host))
 
@@ -288,7 +297,7 @@ def _integer(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _canonical(value) -> str | None:
+def _canonical(value: object) -> str | None:
     """Any ISO time a source wrote, in the ledger's fixed-width form (so that it sorts as text)."""
     if not isinstance(value, str):
         return None
@@ -343,11 +352,11 @@ def _median(values: list[float]) -> float | None:
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
-def _is_sorted(values: list) -> bool:
+def _is_sorted(values: list[str]) -> bool:
     return all(map(le, values, values[1:]))
 
 
-def _tracks(runs: list, open_end: str) -> list[Track]:
+def _tracks(runs: list[Span], open_end: str) -> list[Track]:
     """Runs in as few sub-rows as possible, none overlapping another in its sub-row.
 
     The fast path: runs that follow one another (each ends before the next starts; the ledger
@@ -359,21 +368,18 @@ def _tracks(runs: list, open_end: str) -> list[Track]:
     starts = list(map(itemgetter(_START), runs))
     ends = list(map(itemgetter(_END), runs))
     if None in ends:
-        ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends)]
+        ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
     # Every run has a length (the common case: one pass proves both that and start <= end) or at
     # least does not end before it starts; and each ends before the next begins.
     has_length = all(map(lt, starts, ends))
     if (has_length or all(map(le, starts, ends))) and all(map(le, ends, islice(starts, 1, None))):
         return [_track(runs, starts, ends, has_length)]
-    ordered = sorted(zip(starts, (max(s, e) for s, e in zip(starts, ends)), range(len(runs))))
+    ordered = sorted(zip(starts, (max(s, e) for s, e in zip(starts, ends, strict=True)), range(len(runs)), strict=True))
     free_at: list[str] = []  # per sub-row: when its last run ended
     members: list[list[int]] = []
     for start, end, index in ordered:
-        for row, free in enumerate(free_at):
-            if free <= start:
-                break
-        else:
-            row = len(free_at)
+        row = next((k for k, free in enumerate(free_at) if free <= start), len(free_at))  # the first free sub-row
+        if row == len(free_at):
             free_at.append(start)
             members.append([])
         free_at[row] = end
@@ -385,15 +391,14 @@ def _tracks(runs: list, open_end: str) -> list[Track]:
     return tracks
 
 
-def _open_end(run: tuple, open_end: str) -> str:
+def _open_end(run: Span, open_end: str) -> str:
     """Where a run without an end is drawn to: a running one to now, anything else (abandoned:
     its lockrun is gone and nobody knows when its command stopped) only in the cell it started in."""
-    if run[_STATUS] == "running":
-        return max(run[_START], open_end)
-    return run[_START]
+    started: str = run[_START]
+    return max(started, open_end) if run[_STATUS] == Status.RUNNING else started
 
 
-def _track(runs: list, starts: list[str], ends: list[str], has_length: bool) -> Track:
+def _track(runs: list[Span], starts: list[str], ends: list[str], has_length: bool) -> Track:
     # A run of no length (a run that never started: unavailable, error; an abandoned one) ends,
     # as drawn, just after its start: "~" sorts after the "Z" that ends every timestamp and
     # before any later timestamp, so the run fills exactly the cell it started in.
@@ -411,12 +416,15 @@ def worst(statuses: Iterable[str]) -> str:
     return max(statuses, key=lambda s: _RANK.get(s, 0))
 
 
-def cells(track: Track, bounds: list[str]) -> list[str | None]:
+def cells(track: Track | SummaryTrack, bounds: list[str]) -> list[str | None]:
     """Per column: the worst status among the runs of ``track`` that cover it, or None.
 
     A run covers the columns from the one it starts in to the one it ends in; one that ends
-    exactly where a column begins does not reach into it.
+    exactly where a column begins does not reach into it. A track that is not a ``Track`` (a
+    ``lane_summary.SummaryTrack``: the runs as columns) works its cells out itself, the same way.
     """
+    if not isinstance(track, Track):
+        return track.cells(bounds)
     row: list[str | None] = []
     starts, ends, statuses = track.starts, track.ends, track.statuses
     for k in range(len(bounds) - 1):
@@ -431,11 +439,11 @@ def cells(track: Track, bounds: list[str]) -> list[str | None]:
     return row
 
 
-def mark_cells(marks: list, bounds: list[str]) -> list[bool]:
+def mark_cells(marks: list[Span], bounds: list[str]) -> list[bool]:
     """Per column: whether a skip (busy, duplicate, unlocked) happened in it."""
     starts = list(map(itemgetter(_START), marks))
     edges = [bisect_left(starts, bound) for bound in bounds]
-    return [a < b for a, b in zip(edges, edges[1:])]
+    return [a < b for a, b in zip(edges, edges[1:], strict=False)]
 
 
 # --- the time axis -----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lockrun.ledger import Ledger, RunRecord
-from lockrun.ledger_file import MIGRATIONS, SCHEMA_VERSION
+from lockrun.ledger_file import FINISHED_RUN, MIGRATIONS, NOTABLE, SCHEMA_VERSION
 from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 
 PY = sys.executable
@@ -175,9 +175,32 @@ def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env
     new, old = history(env, "v")
     assert (old["run_id"], old["exit_status"], old["waited_s"], old["signal"]) == ("old", None, None, 15)
     assert (new["exit_status"], new["exit_code"]) == (4, 4) and new["waited_s"] is not None
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     table = run_lockrun(env, "history", "v").stdout.splitlines()
     assert table[1].split()[4] == "4" and table[2].split()[4] == "sig"  # an old row shows what it knew
+
+
+def test_a_version_5_ledger_gains_the_timelines_indexes(tmp_path):
+    """Migration 6 adds two partial indexes (a running row is in neither) and nothing else."""
+    path = tmp_path / "v5.db"
+    db = sqlite3.connect(path)
+    for version in range(1, 6):
+        for statement in MIGRATIONS[version]:
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 5")
+    for i, (status, ended) in enumerate([("succeeded", "2026-01-01T00:01:00.000000Z"), ("busy", None),
+                                         ("failed", "2026-01-01T00:03:00.000000Z"), ("running", None)]):
+        db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at, ended_at,"
+                   " duration_s) VALUES (?, 'n', ?, 'h', 1, '[]', 'redis', '2026-01-01T00:00:00.000000Z', ?, 1.0)",
+                   (f"r{i}", status, ended))
+    db.commit()
+    db.close()
+    Ledger(path).open().close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    entries = {name: db.execute(f"SELECT count(*) FROM runs INDEXED BY {name} WHERE name = 'n' AND {where}")
+               .fetchone()[0] for name, where in (("runs_notable", NOTABLE), ("runs_durations", FINISHED_RUN))}
+    assert entries == {"runs_notable": 2, "runs_durations": 2}  # busy and failed; succeeded and failed
 
 
 @pytest.mark.parametrize("column,value", [

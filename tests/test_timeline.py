@@ -7,6 +7,7 @@ fixed width and no colour (stdout is a pipe), and every bar's first and last col
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -22,6 +23,7 @@ from lockrun import render_timeline
 from lockrun import timeline as tl
 from lockrun.clock import ISO_FORMAT
 from lockrun.ledger import Ledger, RunRecord
+from lockrun.ledger_file import MIGRATIONS, SCHEMA_VERSION
 from lockrun.render import exit_text
 from tests.conftest import history, lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
@@ -461,10 +463,8 @@ def test_rows_written_by_someone_else_do_not_break_it(tenv):
         ("a9", "weird", "succeeded", b"\xff", 1, "[]", "local", stamp(at(10)), stamp(at(10, 5)), float("inf")),
     ]
     for row in hostile:
-        try:
+        with contextlib.suppress(sqlite3.IntegrityError):  # NOT NULL host: that row cannot exist
             db.execute(f"INSERT INTO runs ({columns}) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
-        except sqlite3.IntegrityError:
-            pass  # NOT NULL host: that row cannot exist
     # Text that is not UTF-8, in a name, a host and a status.
     db.execute(f"INSERT INTO runs ({columns}) VALUES ('b1', CAST(x'fffe41' AS TEXT), 'failed', 'h', 1, '[]', 'local',"
                " ?, ?, 1.0)", (stamp(at(2)), stamp(at(3))))
@@ -496,8 +496,8 @@ def test_a_closed_pipe_is_not_an_error(tenv, colour):
     env = {**tenv, "FORCE_COLOR": "1"} if colour else tenv
     if colour:
         env.pop("NO_COLOR")
-    proc = subprocess.Popen(lockrun_argv("timeline", "--until", "2026-11-30T12:00Z", "--since", "12h", "--width", "1000"),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv = lockrun_argv("timeline", "--until", "2026-11-30T12:00Z", "--since", "12h", "--width", "1000")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.read(10)
     proc.stdout.close()
     _, err = proc.communicate(timeout=60)
@@ -581,3 +581,45 @@ def test_rows_from_another_source_are_read_defensively():
     assert lane.runs[0][0] == "2026-11-30T01:00:00.000000Z" and lane.runs[1][3] is None
     assert [x.host for x in tl.lanes_from_rows(rows, window, by_host=True)] == ["?", "h1", "h2"]
     assert [len(x.runs) for x in tl.lanes_from_rows(rows, window, host="h2")] == [1]
+
+
+def _old_ledger(path, version: int) -> None:
+    """A ledger as lockrun wrote it at schema ``version``, with one run."""
+    db = sqlite3.connect(path)
+    for step in range(1, version + 1):
+        for statement in MIGRATIONS[step]:
+            db.execute(statement)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at, ended_at, duration_s)"
+               " VALUES ('r', 'older', 'succeeded', 'h', 1, '[]', 'local', ?, ?, 1500.0)",
+               (stamp(at(1)), stamp(at(1, 25))))
+    db.commit()
+    db.close()
+
+
+def test_a_version_5_ledger_migrates_and_draws(tenv, tmp_path):
+    path = tmp_path / "v5.db"
+    _old_ledger(path, 5)
+    result = timeline(tenv, "--ledger", str(path), "--until", "2026-11-30T12:00Z", "--since", "12h", "--width", "140")
+    assert result.returncode == 0, result.stderr
+    cells, figures = parse(result.stdout)["older"][0]
+    # 01:00 to 01:25 at 8m40s a column (names take 9 characters at least): columns 6 to 9
+    assert extent(cells, "S") == (6, 9) and figures[:2] == ["1", "0"], result.stdout
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_ledger_that_cannot_be_read_or_migrated_is_one_line(tenv, tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"SQLite format 3\0" + bytes(range(256)) * 20)
+    immutable = tmp_path / "immutable.db"  # a version 5 ledger nobody may write: it cannot gain the indexes
+    _old_ledger(immutable, 5)
+    if subprocess.run(["chattr", "+i", str(immutable)], capture_output=True).returncode != 0:
+        pytest.fail("chattr +i failed: the tests run as root on a file system with attributes (ext4)")
+    try:
+        for path, needle in ((corrupt, "not a database"), (immutable, "readonly database")):
+            result = timeline(tenv, "--ledger", str(path), "--since", "12h")
+            assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+            assert result.stderr.startswith("lockrun: cannot read the run ledger: ") and needle in result.stderr
+            assert result.stdout == ""
+    finally:
+        subprocess.run(["chattr", "-i", str(immutable)], check=True)
