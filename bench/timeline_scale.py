@@ -7,12 +7,16 @@ failed, timed out or skipped as busy (during the previous run), and one name run
 --slots 2 so that its runs overlap. Measured, interleaved with `lockrun --version`:
 `lockrun timeline --since 7d --width 120` into a pipe (plain text; the target: within 1 s), and
 `--svg` once for its size and time (no target: an SVG is drawn once, to be attached somewhere).
+Also printed: the CPU time of each chart (user + system, as the kernel counts it: on a machine
+shared with other work it says what wall time cannot) and the load average before and after.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,6 +67,14 @@ def seed(path: Path, names: int, runs: int, end: datetime, seed_value: int = 15)
     return len(rows)
 
 
+def cpu_seconds(argv: list[str], env: dict) -> float:
+    """The CPU time (user + system) of one run of ``argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main(argv: list[str]) -> dict:
     names = int(argv[argv.index("--names") + 1]) if "--names" in argv else 100
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 10_000
@@ -78,8 +90,11 @@ def main(argv: list[str]) -> dict:
         window = ["--since", "7d", "--until", end.strftime(ISO)]
         chart = [LOCKRUN, "timeline", *window, "--width", "120"]
         text = subprocess.run(chart, env=env, capture_output=True, text=True, check=True).stdout
+        load_before = os.getloadavg()
         times = interleaved({"lockrun --version": ([LOCKRUN, "--version"], env), "timeline": (chart, env)}, rounds,
                             warmup=1)
+        cpu = [cpu_seconds(chart, env) for _ in range(rounds)]
+        load_after = os.getloadavg()
         svg_path = Path(tmp) / "week.svg"
         svg_started = time.perf_counter()
         subprocess.run([LOCKRUN, "timeline", *window, "--svg", str(svg_path)], env=env, check=True)
@@ -92,9 +107,12 @@ def main(argv: list[str]) -> dict:
         "median_s": statistics.median(times["timeline"]),
         "median_ms": {name: median_ms(t) for name, t in times.items()},
         "lanes_drawn": lanes, "overlap_rows": overlap_rows, "svg_s": svg_s, "svg_bytes": svg_bytes,
+        "cpu_median_s": statistics.median(cpu), "loadavg": [load_before, load_after],
     }
     print(table(["command", "median ms"], [[n, f"{v:.0f}"] for n, v in result["median_ms"].items()]))
     print(f"{lanes} lanes drawn ({overlap_rows} overlap rows); --svg: {svg_s:.2f} s, {svg_bytes / 1024:.0f} KiB")
+    print(f"timeline CPU (user + system), median: {result['cpu_median_s'] * 1000:.0f} ms; load average "
+          f"{' '.join(f'{x:.2f}' for x in load_before)} before, {' '.join(f'{x:.2f}' for x in load_after)} after")
     write_json(argv, result)
     return result
 
