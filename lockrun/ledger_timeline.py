@@ -90,8 +90,10 @@ class LedgerTimeline:
         last = b""  # the raw bytes: a name that is not UTF-8 is stepped over, not fatal
         with self._connection() as db:
             while True:
-                row = db.execute("SELECT CAST(min(name) AS BLOB) FROM runs WHERE name > CAST(? AS TEXT)",
-                                 (last,)).fetchone()
+                # Text names only: a BLOB sorts after every text, so "name > last" would find the
+                # same BLOB again and again (a row someone else wrote must not hang the timeline).
+                row = db.execute("SELECT CAST(min(name) AS BLOB) FROM runs"
+                                 " WHERE name > CAST(? AS TEXT) AND typeof(name) = 'text'", (last,)).fetchone()
                 if row is None or row[0] is None:
                     return found
                 last = row[0]

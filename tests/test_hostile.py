@@ -662,6 +662,20 @@ def test_ledger_rows_of_any_type_never_break_the_backend_hint(local_env):
             assert "note:" not in result.stderr, (assignment, result.stderr)  # no evidence: no hint
 
 
+def test_a_ledger_row_whose_name_is_a_blob_does_not_hang_the_timeline(local_env):
+    assert run_lockrun(local_env, "-n", "g", "--", "true").returncode == 0
+    db = sqlite3.connect(Path(local_env["LOCKRUN_STATE_DIR"]) / "ledger.db")
+    db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at, ended_at, duration_s)"
+               " SELECT 'f' || run_id, X'FFFE', status, host, pid, command, backend, started_at, ended_at, 1.0"
+               " FROM runs")
+    db.commit()
+    db.close()
+    for args in (("timeline",), ("timeline", "--by-host"), ("timeline", "--svg", "-")):
+        result = run_lockrun(local_env, *args, timeout=60)  # it looped for ever on the BLOB
+        assert result.returncode == 0 and "internal error" not in result.stderr, (args, result.stderr)
+    assert "g " in run_lockrun(local_env, "timeline").stdout
+
+
 def test_a_lost_acquire_reply_under_slots_gives_back_the_slot(tmp_path, redis_server):
     proxy = ReplyEater(redis_server.port)
     try:
