@@ -521,15 +521,20 @@ def small_mount(tmp_path):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+def _broken_state_dir(state: Path, kind: str) -> str:
+    """Make ``state`` a file or a dangling link; return what lockrun's line must say of it."""
+    if kind == "file":
+        state.write_text("")
+        return "is a file, not a directory"
+    state.symlink_to(state.parent / "nowhere")
+    return "is a symbolic link to"
+
+
 @pytest.mark.parametrize("kind", ["file", "dangling-link", "read-only", "full"])
 def test_an_unusable_state_directory_is_one_line_with_its_real_cause(any_env, tmp_path, kind, small_mount):
     state, limit = tmp_path / "state-dir", None
-    if kind == "file":
-        state.write_text("")
-        needle = "is a file, not a directory"
-    elif kind == "dangling-link":
-        state.symlink_to(tmp_path / "nowhere")
-        needle = "is a symbolic link to"
+    if kind in ("file", "dangling-link"):
+        needle = _broken_state_dir(state, kind)
     elif kind == "read-only":
         state = small_mount("ro,mode=0700")
         needle = "read-only file system"
@@ -567,12 +572,8 @@ def test_an_unusable_state_directory_is_one_line_with_its_real_cause(any_env, tm
 def test_readers_name_an_unusable_state_directory_that_has_no_ledger_yet(local_env, tmp_path, kind):
     """Not "no runs recorded": no run could have kept a ledger there, and the reader says why."""
     state = tmp_path / "state-dir"
-    if kind == "file":
-        state.write_text("")
-        needle = "is a file, not a directory"
-    elif kind == "dangling-link":
-        state.symlink_to(tmp_path / "nowhere")
-        needle = "is a symbolic link to"
+    if kind in ("file", "dangling-link"):
+        needle = _broken_state_dir(state, kind)
     else:
         state.mkdir()
         os.chmod(state, 0o1777)
