@@ -497,16 +497,21 @@ def _svg_figures(figures: tl.Figures, x: float, y: float) -> str:
 
 
 def _svg_legend(x: float, y: float) -> tuple[list[str], float]:
+    # Statuses that share a colour (the tables' palette: failed, killed and error are all red)
+    # share one swatch, "failed / killed / error", so that no two swatches look alike.
+    by_colour: dict[str, list[str]] = {}
+    for letter, meaning in tl.LEGEND:
+        if letter != tl.MARK_LETTER:
+            by_colour.setdefault(_hex({"L": "lost"}.get(letter, meaning)), []).append(meaning)
     out = []
     cursor = x
-    for letter, meaning in tl.LEGEND:
-        status = {"L": "lost", tl.MARK_LETTER: "busy"}.get(letter, meaning)
-        if letter == tl.MARK_LETTER:
-            out.append(f'<rect x="{cursor:.1f}" y="{y - 9}" width="1" height="10" fill="{_hex(status)}"/>')
-            cursor += 6
-        else:
-            out.append(f'<rect x="{cursor:.1f}" y="{y - 10}" width="12" height="12" rx="1.5" fill="{_hex(status)}"/>')
-            cursor += 16
+    for colour, meanings in by_colour.items():
+        meaning = " / ".join(meanings)
+        out.append(f'<rect x="{cursor:.1f}" y="{y - 10}" width="12" height="12" rx="1.5" fill="{colour}"/>')
+        cursor += 16
         out.append(f'<text x="{cursor:.1f}" y="{y}" class="muted">{escape(meaning)}</text>')
         cursor += len(meaning) * _CHAR + 18
+    meaning = dict(tl.LEGEND)[tl.MARK_LETTER]
+    out.append(f'<rect x="{cursor:.1f}" y="{y - 9}" width="1" height="10" fill="{_hex("busy")}"/>')
+    out.append(f'<text x="{cursor + 6:.1f}" y="{y}" class="muted">{escape(meaning)}</text>')
     return out, 12.0

@@ -360,6 +360,10 @@ def test_svg_has_one_rect_per_run_and_the_names(known_day, tmp_path):
     texts = " ".join("".join(e.itertext()) for e in root.iter(f"{SVG}text"))
     for name in ("alpha", "beta_", "gamma", "delta", "epsil", "overlap", "succeeded", "busy/skipped"):
         assert name in texts
+    # The legend: statuses of one colour share one swatch, so no two swatches look alike.
+    assert "failed / killed / error" in texts and "abandoned / unavailable" in texts
+    swatches = [e.get("fill") for e in root.iter(f"{SVG}rect") if e.get("width") == "12"]
+    assert len(swatches) == len(set(swatches)) >= 6
     skips = [e for e in root.iter(f"{SVG}rect") if e.get("class") == "skip"]
     assert len(skips) == 2
     # The timeout and the run overlapping it lie on two rows.
