@@ -15,7 +15,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun import host as this_host
 from lockrun.clock import seconds_since, utc_now_iso
@@ -29,9 +29,11 @@ from lockrun.ledger_file import (
     retry_locked,
     rollback,
 )
-from lockrun.ledger_lanes import LaneReads
-from lockrun.ledger_timeline import LedgerTimeline
 from lockrun.record import IN_PROGRESS, ROW_FIELDS, Status
+
+if TYPE_CHECKING:
+    from lockrun.ledger_lanes import LaneReads
+    from lockrun.ledger_timeline import LedgerTimeline
 
 # Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
 # (an integer past 64 bits) is an OverflowError.
@@ -322,10 +324,14 @@ class Ledger:
 
     def timeline(self) -> LedgerTimeline:
         """The timeline's reads: the lanes of a window and their runs (ledger_timeline.py)."""
+        from lockrun.ledger_timeline import LedgerTimeline  # not on the run path
+
         return LedgerTimeline(self._connection, self._known_dead)
 
     def lanes(self) -> LaneReads:
         """The timeline's reads of a lane as columns and figures (ledger_lanes.py)."""
+        from lockrun.ledger_lanes import LaneReads  # not on the run path
+
         return LaneReads(self._connection, self._known_dead)
 
     def recent_configurations(self, since: str, names: list[str] | None = None) -> list[dict[str, Any]]:

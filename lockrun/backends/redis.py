@@ -14,6 +14,7 @@ back, preempt, clear, wait. The pieces it stands on each have a module of their 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,6 @@ from lockrun.backends import (
     OnceKey,
 )
 from lockrun.backends.redis_client import REDIS_ERRORS, Client, RedisConnection
-from lockrun.backends.redis_inspect import RedisInspection
 from lockrun.backends.redis_keys import lock_keys
 from lockrun.backends.redis_replicas import ReplicaWait
 from lockrun.backends.redis_replies import script_int
@@ -44,6 +44,7 @@ from lockrun.errors import ReplicasMissing, SlotsMismatch
 
 if TYPE_CHECKING:
     from lockrun.backends.redis_fleet import RedisFleetRecord
+    from lockrun.backends.redis_inspect import RedisInspection
 
 __all__ = ["REDIS_ERRORS", "RedisBackend", "lock_keys"]
 
@@ -67,8 +68,15 @@ class RedisBackend:
         self.connection = RedisConnection(url, prefix, timeout, ca=ca, connect_timeout=connect_timeout,
                                           password=password)
         self.replica_wait = ReplicaWait(self.connection, replicas)
-        self.inspection = RedisInspection(self.connection)
         self._waiter: Client | None = None
+
+    @functools.cached_property
+    def inspection(self) -> RedisInspection:
+        """Who holds what (redis_inspect.py): imported when first asked (a busy acquire, status,
+        unlock), not by an uncontended run."""
+        from lockrun.backends.redis_inspect import RedisInspection
+
+        return RedisInspection(self.connection)
 
     # -- lease operations -----------------------------------------------------------
 
