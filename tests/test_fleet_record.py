@@ -157,6 +157,36 @@ def test_an_uncontended_run_is_still_two_round_trips(redis_server, env):
     assert {b"lockrun:{rt}:runs", b"lockrun:{rt}:last", b"lockrun:{rt}:counts"} <= set(keys)
 
 
+def test_status_reads_many_locks_and_their_last_runs_in_one_call_per_batch(redis_server, env, tmp_path):
+    """status over every lock: one script call per batch reads the holders and their fleet last
+    runs (no GET/HGETALL/HMGET per name), and answers exactly as the per-name reads do."""
+    flags = [tmp_path / f"started-{i}" for i in range(3)]
+    for i in range(3):
+        assert run_lockrun(env, "-n", f"done-{i}", "--", "sh", "-c", f"exit {i}").returncode == i
+    holders = [spawn_lockrun(env, "-n", f"done-{i}", "--", "sh", "-c", f"touch {flags[i]}; exec sleep 60")
+               for i in range(3)]
+    try:
+        for flag in flags:
+            wait_until(flag.exists, what="three holders")
+        commands = client_commands(redis_server, lockrun_argv("status", "--json"), env)
+        assert commands.count("EVAL") == 1 and not {"GET", "HGETALL", "HMGET"} & set(commands), commands
+        locks = json.loads(run_lockrun(env, "status", "--json").stdout)["locks"]
+        assert [(lock["name"], lock["state"], lock["last_run"]["exit_code"]) for lock in locks] == [
+            ("done-0", "held", 0), ("done-1", "held", 1), ("done-2", "held", 2)]
+        # A value that is not UTF-8 makes that batch read name by name: the same answer.
+        redis_server.client().hset("lockrun:{done-1}:info", "host", b"\xff\xfe")
+        again = json.loads(run_lockrun(env, "status", "--json").stdout)["locks"]
+        assert [lock["last_run"]["exit_code"] for lock in again] == [0, 1, 2]
+        moving = ("ttl_remaining_s", "heartbeat_age_s")
+        assert again[1]["host"] == "\ufffd\ufffd"
+        assert [{k: v for k, v in lock.items() if k not in moving} for lock in (again[0], again[2])] == [
+            {k: v for k, v in lock.items() if k not in moving} for lock in (locks[0], locks[2])]
+    finally:
+        for holder in holders:
+            holder.terminate()
+            holder.wait(30)
+
+
 def test_nothing_secret_in_the_record(tmp_path):
     server = RedisServer(password="s3cret-pw").start()
     try:

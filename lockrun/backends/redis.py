@@ -177,7 +177,8 @@ class RedisBackend:
         """The fleet record every host writes into this Redis (read side: redis_fleet.py)."""
         from lockrun.backends.redis_fleet import RedisFleetRecord
 
-        return RedisFleetRecord(self.connection)
+        inspection = self.__dict__.get("inspection")  # set once holders were listed (cached_property)
+        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None)
 
     def lock_names(self) -> list[str]:
         """Names of every held lock, plain or slotted, by SCAN (never KEYS)."""

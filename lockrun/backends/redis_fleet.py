@@ -76,10 +76,13 @@ FIND_PAGE = 2000  # stream entries one call of FIND_RUN_SCRIPT looks at: about a
 class RedisFleetRecord:
     """The fleet record of one Redis (plain, Sentinel or Cluster), read through its connection."""
 
-    def __init__(self, connection: RedisConnection) -> None:
+    def __init__(self, connection: RedisConnection,
+                 prefetched_lasts: dict[str, tuple[object, object]] | None = None) -> None:
         self._connection = connection
         self._client = connection.client
         self._prefix = connection.prefix
+        # Lasts that the holders' batch reads already brought (redis_inspect.py): not read twice.
+        self._prefetched = prefetched_lasts or {}
 
     def names(self, kinds: tuple[str, ...] = ("runs", "last", "counts")) -> list[str]:
         """Every name with a fleet record of these kinds (``runs``, ``last``, ``counts``), by SCAN."""
@@ -128,11 +131,14 @@ class RedisFleetRecord:
     def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]:
         """``(row as JSON, last_success_at)`` from the ``last`` hash of each name that has one
         (not its output tail: status asks this of thousands of names)."""
+        found = {name: pair for name in names if (pair := self._prefetched.get(name)) is not None and any(pair)}
+        unread = [name for name in names if name not in self._prefetched]
         replies = self._pipelined(
-            names, lambda pipe, name: pipe.hmget(lock_keys(self._prefix, name).last, "row", "last_success_at")
+            unread, lambda pipe, name: pipe.hmget(lock_keys(self._prefix, name).last, "row", "last_success_at")
         )
-        return {name: (reply[0], reply[1]) for name, reply in zip(names, replies, strict=True)
-                if isinstance(reply, list) and len(reply) == 2 and any(reply)}
+        found.update({name: (reply[0], reply[1]) for name, reply in zip(unread, replies, strict=True)
+                      if isinstance(reply, list) and len(reply) == 2 and any(reply)})
+        return found
 
     def counts(self, names: list[str]) -> dict[str, dict[object, object]]:
         """The ``counts`` hash of each name that has one."""

@@ -8,12 +8,16 @@ as holders with a ``problem``: one bad key must not hide every other lock.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from lockrun.backends import Holder, written_by_others
 from lockrun.backends.redis_client import RedisConnection
 from lockrun.backends.redis_keys import SCAN_BATCH, LockKeys, lock_keys, scan_names
 from lockrun.backends.redis_replies import expiry_s, int_or_none, is_utf8, pairs, text
+from lockrun.backends.redis_scripts import READ_LOCKS_SCRIPT
 
 #: What a key that is not lockrun's own says in ``status`` and on a busy skip.
 NO_EXPIRY = written_by_others("the lock key has no expiry (lockrun always sets one)")
@@ -25,6 +29,16 @@ NOT_A_TOKEN = written_by_others("the lock's value is not UTF-8 text, so no lockr
 
 def _wrong_type(key: str, kind: str, expected: str) -> str:
     return written_by_others(f"{key} is a {kind}, not a {expected}")
+
+
+def _as_reply(value: Any) -> Any:
+    """A value as READ_LOCKS_SCRIPT encodes it, as the pipeline would give it: a missing key is
+    None (cjson writes Lua's false), a key of the wrong type the error redis-py returns."""
+    if value is False:
+        return None
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("err"), str):
+        return ResponseError(value["err"])
+    return value
 
 
 def _raise_unless_data_errors(replies: list[Any]) -> None:
@@ -56,6 +70,9 @@ class RedisInspection:
     def __init__(self, connection: RedisConnection) -> None:
         self._connection = connection
         self._prefix = connection.prefix
+        # The fleet ``last`` (row, last_success_at) of each name a batch script read, for the
+        # fleet record's ``lasts`` (status shows both): absent from it, a name has no last run.
+        self.prefetched_lasts: dict[str, tuple[object, object]] = {}
 
     def _keys(self, name: str) -> LockKeys:
         return lock_keys(self._prefix, name)
@@ -107,15 +124,17 @@ class RedisInspection:
         found: list[Holder] = []
         for start in range(0, len(names), SCAN_BATCH):
             batch = names[start : start + SCAN_BATCH]
-            pipe = client.pipeline(transaction=False)
-            for name in batch:
-                keys = self._keys(name)
-                pipe.get(keys.lock)
-                pipe.pttl(keys.lock)
-                pipe.hgetall(keys.info)
-                if name in may_have_slots:
-                    pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
-            replies = pipe.execute(raise_on_error=False)
+            replies = None if may_have_slots.intersection(batch) else self._read_plain_batch(batch)
+            if replies is None:
+                pipe = client.pipeline(transaction=False)
+                for name in batch:
+                    keys = self._keys(name)
+                    pipe.get(keys.lock)
+                    pipe.pttl(keys.lock)
+                    pipe.hgetall(keys.info)
+                    if name in may_have_slots:
+                        pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
+                replies = pipe.execute(raise_on_error=False)
             _raise_unless_data_errors(replies)
             slotted: list[tuple[str, str, float]] = []
             odd: list[tuple[str, str, Any]] = []  # (name, which key, its PTTL reply)
@@ -137,6 +156,29 @@ class RedisInspection:
             found += self._odd_holders(odd, per_name)
             found += self._slot_holders(slotted, now_ms)
         return found
+
+    def _read_plain_batch(self, batch: list[str]) -> list[Any] | None:
+        """The replies the pipeline gives for a batch of plain locks (GET, PTTL and HGETALL of
+        each), read by READ_LOCKS_SCRIPT in one call, which also reads each name's fleet
+        ``last`` into :attr:`prefetched_lasts`; None where the script cannot serve (a Redis
+        Cluster, a server without it, values that are not UTF-8): the caller pipelines."""
+        if self._connection.is_cluster:
+            return None
+        keys = [key for keys_of in map(self._keys, batch) for key in (keys_of.lock, keys_of.info, keys_of.last)]
+        try:
+            rows = json.loads(self._connection.client.eval(READ_LOCKS_SCRIPT, len(keys), *keys))
+        except (ResponseError, ValueError, TypeError):  # ValueError: json.loads of text that is not UTF-8
+            return None
+        if not isinstance(rows, list) or len(rows) != len(batch):
+            return None
+        replies: list[Any] = []
+        for name, row in zip(batch, rows, strict=True):
+            if not (isinstance(row, list) and len(row) == 5):
+                return None
+            token, pttl, info, last_row, last_success = (_as_reply(value) for value in row)
+            replies += [token, pttl, info]
+            self.prefetched_lasts[name] = (last_row, last_success)
+        return replies
 
     def _slot_holders(self, slotted: list[tuple[str, str, float]], now_ms: int) -> list[Holder]:
         """One holder per live slot (name, owner token, expiry score): its info hash, pipelined."""

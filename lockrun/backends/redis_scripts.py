@@ -373,3 +373,32 @@ def preempt_call(keys: LockKeys, requester: str, ttl: float) -> ScriptCall:
 def clear_foreign_call(keys: LockKeys) -> ScriptCall:
     script_keys = [keys.lock, keys.info, keys.slots, keys.slot_count, keys.preempt, keys.wake]
     return ScriptCall(CLEAR_FOREIGN_SCRIPT, script_keys, [WAKE_TTL_MS])
+
+
+# ``status`` over many plain locks: one call per batch reads each lock's token, PTTL, info hash
+# and fleet ``last`` (row, last_success_at), and returns the whole batch as one JSON text. Ten
+# thousand locks are then ten replies that json.loads reads in C, instead of forty thousand that
+# redis-py parses one by one in Python (bench/NOTES.md, "Status with last runs"). A key of the
+# wrong type reads as {"err": ...} (lock, info) or as no last run. KEYS: lock, info, last of each
+# name. Not for a Redis Cluster (the names' keys live in different slots); a value that is not
+# UTF-8 makes json.loads fail, and the caller then reads that batch the ordinary way.
+READ_LOCKS_SCRIPT = """
+local out = {}
+for i = 1, #KEYS, 3 do
+  local token = redis.pcall('GET', KEYS[i])
+  if type(token) == 'table' and token.err then token = {err = token.err} end
+  local flat = redis.pcall('HGETALL', KEYS[i + 1])
+  local info
+  if flat.err then
+    info = {err = flat.err}
+  else
+    info = {}
+    for j = 1, #flat, 2 do info[flat[j]] = flat[j + 1] end
+  end
+  local last = redis.pcall('HMGET', KEYS[i + 2], 'row', 'last_success_at')
+  if last.err then last = {false, false} end
+  out[#out + 1] = {token, redis.call('PTTL', KEYS[i]), info, last[1], last[2]}
+end
+return cjson.encode(out)
+"""
+
