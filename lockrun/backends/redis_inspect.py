@@ -3,8 +3,9 @@
 Names are found by SCAN and read in batches of 1,000: a batch of plain locks by one script call
 (READ_LOCKS_SCRIPT: token, PTTL, info hash and fleet last run of each, as one JSON text), other
 batches by a pipeline of GET, PTTL, HGETALL and slot listing per name, then one HGETALL per live
-slot, so ten thousand locks cost a few round trips. Keys someone else wrote (another type, no TTL, no description) come back
-as holders with a ``problem``: one bad key must not hide every other lock.
+slot, so ten thousand locks cost a few round trips. Keys someone else wrote (another type, no
+TTL, no description) come back as holders with a ``problem``: one bad key must not hide every
+other lock.
 """
 
 from __future__ import annotations
