@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 
 import click
 
-from lockrun import __version__, settings
+from lockrun import __version__, settings, zones
 from lockrun.backends.redis_url import validate_redis_url
 from lockrun.clock import iso_ago
 from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lockrun.backends import Backend
     from lockrun.ledger import Ledger
     from lockrun.unlock import Inspection
+    from lockrun.zones import Zone
 
     # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
     # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
@@ -98,6 +99,7 @@ REPLICAS = Validated("N|all", settings.parse_replicas)
 SIZE = Validated("SIZE", settings.parse_size)
 NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
 ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
+ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
 
 
 # --- the group and its bare form -------------------------------------------------------------
@@ -252,6 +254,13 @@ def cli() -> None:
               help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
+# README "Never twice, whatever lockrun cannot see": an evicting Redis, one zone per name.
+@click.option("--tz", "tz", type=ZONE, envvar="LOCKRUN_TZ", show_envvar=True, metavar="ZONE",
+              help="The time zone (IANA name: UTC, Europe/Berlin) of --once-per periods and --once % keys; every "
+                   "run of one name must use the same [default: config timezone, else this host's local zone].")
+@click.option("--allow-eviction", is_flag=True,
+              help="Run even on a Redis whose maxmemory-policy may evict keys (else exit 69): a held lock or a "
+                   "--once mark could vanish and the job run twice (config: allow_eviction).")
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context
@@ -260,7 +269,8 @@ def run(
     kill_after: float, on_lost: str, busy_exit_code: int, once: str | None, once_per: str | None, remember: float,
     slots: int, min_hold: float | None, replace: bool, replicas: int | str | None, metrics_file: str | None,
     notify_urls: tuple[str, ...], notify_on: tuple[str, ...], notify_format: str, ping_url: str | None,
-    ping_on_busy: bool, capture_tail: int | None, verbose: bool, quiet: bool, command: tuple[str, ...],
+    ping_on_busy: bool, capture_tail: int | None, verbose: bool, quiet: bool, tz: Zone | None,
+    allow_eviction: bool, command: tuple[str, ...],
 ) -> NoReturn:
     """Run COMMAND while holding the lock NAME.
 
@@ -285,9 +295,11 @@ def run(
     if once is not None and once_per is not None:
         raise click.UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                                " start as the key; pick one", ctx=ctx)
-    once_key = settings.expand_once_key(once) if once is not None else None
+    # Only a key that depends on the time depends on a zone (README "One zone per name").
+    zone = _once_zone(ctx, resolved, tz) if once_per is not None or (once and zones.is_time_derived(once)) else None
+    once_key = settings.expand_once_key(once, zone) if once is not None else None
     if once_per is not None:
-        once_key = settings.once_key_for_period(once_per)
+        once_key = settings.once_key_for_period(once_per, zone=zone)
     replicas = _replicas_for(resolved, replicas)
     options = RunOptions(
         argv=argv,
@@ -310,6 +322,7 @@ def run(
         replace=replace,
         slots=slots,
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
+        once_zone=zone,
     )
 
     # `lockrun -v status`: a run option first makes `status` the command to run. When no such
@@ -326,7 +339,8 @@ def run(
     outcome = Run(
         options,
         backend_factory=lambda timeout_s: open_backend(
-            resolved, timeout_s, call_timeout_for(resolved.ttl, resolved.connect_timeout), replicas=replicas
+            resolved, timeout_s, call_timeout_for(resolved.ttl, resolved.connect_timeout), replicas=replicas,
+            allow_eviction=allow_eviction or resolved.allow_eviction,
         ),
         ledger_path=resolved.ledger_path,
         backend_name=resolved.backend_name,
@@ -337,6 +351,17 @@ def run(
         backend_from=resolved.backend_from,
     ).execute()
     ctx.exit(outcome.exit_code)
+
+
+def _once_zone(ctx: click.Context, resolved: settings.Settings, flag: Zone | None) -> Zone:
+    """The zone of this run's time-derived --once key: --tz or LOCKRUN_TZ, else the config file's
+    ``timezone``, else the host's local zone (named: zones.local_zone)."""
+    if flag is not None:
+        from_env = ctx.get_parameter_source("tz") == click.core.ParameterSource.ENVIRONMENT
+        return flag._replace(source="LOCKRUN_TZ" if from_env else "--tz")
+    if resolved.timezone:
+        return zones.parse_zone(resolved.timezone, "timezone", f"timezone in {resolved.config_path}")
+    return zones.local_zone()
 
 
 def _replicas_for(resolved: settings.Settings, flag: int | str | None) -> int | str:
@@ -443,8 +468,11 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
     backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     book = _open_ledger_for_reading(resolved.ledger_path, required=False)
     wanted = list(names) if names else None
+    evicting: list[str] = []
     try:
         view = status_view(backend, book, wanted)
+        if view.unreachable is None:
+            evicting = _evicting_servers(backend)
     finally:
         backend.close()
         hint = _other_backend_hint(book, resolved, wanted)
@@ -457,9 +485,25 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
                             unreachable=view.unreachable is not None)
     if hint:
         _say(hint)
+    for warning in evicting:
+        _say(warning)
     if view.unreachable is not None:
         raise view.unreachable
     ctx.exit(0)
+
+
+def _evicting_servers(backend: Backend) -> list[str]:
+    """One warning line per Redis server that may evict keys (README "A Redis that evicts keys"):
+    one INFO memory per server, after the locks were read."""
+    if backend.name != "redis":
+        return []
+    from lockrun.backends.redis import RedisBackend
+    from lockrun.backends.redis_eviction import status_warning
+
+    if not isinstance(backend, RedisBackend):
+        return []
+
+    return [status_warning(found) for found in backend.evicting_servers()]
 
 
 @cli.command(context_settings=CONTEXT)

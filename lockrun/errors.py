@@ -75,6 +75,16 @@ class BackendUnavailable(LockrunError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class NothingTaken(BackendUnavailable):
+    """The backend answered and took nothing (an evicting Redis refused by the acquire script, or
+    one out of memory that refused the script's first write): there is no lock to give back."""
+
+
+class EvictingServer(NothingTaken):
+    """A Redis that may evict keys (``maxmemory`` > 0 and a ``maxmemory-policy`` other than
+    ``noeviction``): a lock, a ``--once`` mark or the fleet record could vanish while they matter."""
+
+
 class ForeignData(BackendUnavailable):
     """The backend holds data for this lock that lockrun did not write and cannot use
     (a Redis key of another type, a file that is not a regular file)."""
@@ -99,6 +109,17 @@ class CommandNotRunnable(LockrunError):
 
 class LedgerError(Exception):
     """The ledger could not be opened or written. Never fatal for ``run``."""
+
+
+class ZoneMismatch(UsageError):
+    """A ``--once`` period of a name computed in another time zone than the one its runs recorded."""
+
+    def __init__(self, name: str, recorded: str, ours: str, ours_from: str) -> None:
+        super().__init__(
+            f"lock {name!r} computes its --once periods in {recorded} (recorded by its earlier runs), this run in"
+            f" {ours} ({ours_from}): every caller of one name must use the same zone; give --tz {recorded}"
+            " (or LOCKRUN_TZ, or timezone in the config file)"
+        )
 
 
 class SlotsMismatch(UsageError):

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from lockrun.backends import FleetEvent, FleetSource, Holder, PageRequest
 from lockrun.clock import parse_iso
 from lockrun.metrics import JobFacts
-from lockrun.record import Row, Status, fields_from_json, parse_int, row_from_fields
+from lockrun.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, parse_int, row_from_fields
 
 FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
 MAX_PAGE = 512
@@ -265,15 +265,20 @@ def facts(source: Source) -> list[JobFacts]:
         row, success_at = lasts.get(name, (None, None))
         last_fields = fields_from_json(row)
         success = _text(success_at) if success_at is not None else None
-        counts = {}
+        counts, flags = {}, {}
         for status, value in _decoded(counted.get(name, {})).items():
             number = parse_int(value)
-            if _STATUS_NAME.fullmatch(status) and number is not None and number >= 0:
+            if number is None or number < 0:
+                continue
+            if _STATUS_NAME.fullmatch(status):
                 counts[status] = number
+            elif status == LOST_AT_RELEASE_COUNT:  # not a status: how many releases found the lock lost
+                flags["lock_lost_at_release"] = number
         found.append(JobFacts(
             name=name,
             last=row_from_fields(name, last_fields) if last_fields.get("run_id") is not None else None,
             last_success_at=success if parse_iso(success) else None,
             counts=counts,
+            flags=flags,
         ))
     return found

@@ -95,7 +95,7 @@ class RunJournal:
             "started_at": self.command_started_wall or self.run.started_at, "ended_at": self.ended_wall,
             "duration_s": self.duration_s, "waited_s": self.waited_s,
             "fencing_token": outcome.fencing_token, "once_key": self.run.once_key, "error": outcome.error,
-            "note": outcome.note,
+            "note": outcome.note, "lock_lost_at_release": outcome.lock_lost_at_release,
         }
 
     # -- the rows -------------------------------------------------------------------------

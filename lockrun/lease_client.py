@@ -28,7 +28,7 @@ from collections.abc import Callable
 from lockrun import host
 from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.clock import utc_now_iso
-from lockrun.errors import BackendUnavailable, Report
+from lockrun.errors import BackendUnavailable, NothingTaken, Report
 
 RELEASE_ATTEMPTS = 3
 
@@ -93,9 +93,14 @@ class LeaseClient:
             try:
                 result = self.backend.acquire(self.name, self.token, self.ttl, self.holder_info(), self.once,
                                               self.slots, last_try=last_try)
+            except NothingTaken:
+                raise  # the server answered and took nothing (an evicting or full Redis): nothing to give back
             except BackendUnavailable:
                 self._give_back()
                 raise
+            if isinstance(result, Lease) and result.evicting:
+                self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
+                                    f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
             if not deadline_known and isinstance(result, Holder):
                 # Long enough for the holder to notice at its next renewal (TTL/3 of *its*
                 # lease) and to stop its command (--kill-after).
@@ -128,10 +133,13 @@ class LeaseClient:
     def release(
         self, lease: Lease, *, lost: bool = False, succeeded: bool = False, hold_s: float = 0.0,
         hold_until: str = "", record: FleetRecord | None = None,
-    ) -> None:
+    ) -> bool | None:
         """Compare-and-delete (marking a ``--once`` key done, or cooling for ``--min-hold``, and
         adding ``record`` to the fleet record), retried a little. After a lost lease the release
-        is a formality that may well fail: tried once, quietly."""
+        is a formality that may well fail: tried once, quietly.
+
+        True: released; False: the lock was no longer this run's (expired, evicted, stolen,
+        cleared: the caller says so); None: the backend could not be asked."""
         last_error = None
         for attempt in range(1 if lost and not succeeded else RELEASE_ATTEMPTS):
             try:
@@ -142,10 +150,11 @@ class LeaseClient:
                 self.sleep(0.05 * (attempt + 1))
                 continue
             self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
-            return
+            return released
         message = f"could not release {lease.name!r} ({last_error}); it expires within {lease.ttl:g}s"
         if succeeded and lease.once is not None:
             # Worth a warning even after a lost lease: a rerun will not know the work was done.
             self.report("warn", f"{message}; --once key {lease.once.key!r} was not marked done")
-            return
+            return None
         self.report("info" if lost else "warn", message)
+        return None

@@ -65,7 +65,7 @@ class RunRecord(NamedTuple):
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
 FINAL_FIELDS = (
     "status", "started_at", "ended_at", "duration_s", "waited_s", "exit_code", "signal", "exit_status",
-    "fencing_token", "error", "note",
+    "fencing_token", "error", "note", "lock_lost_at_release",
 )
 
 
@@ -109,6 +109,8 @@ def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> RunRo
     for key in ("duration_s", "waited_s"):
         seconds = row[key]
         item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
+    lost = row["lock_lost_at_release"]
+    item["lock_lost_at_release"] = bool(lost) if isinstance(lost, int) and lost in (0, 1) else None
     item["command"] = _command_list(row["command"])
     if (item["status"] == Status.RUNNING and known_dead is not None
             and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"])):
@@ -228,23 +230,31 @@ class Ledger:
         exit_status: int | None = None,
         waited_s: float | None = None,
         started_at: str | None = None,
+        lock_lost_at_release: bool | None = None,
     ) -> None:
         """The final row; ``started_at`` (when given) replaces the time the row was written with
         the time the command started."""
+        lost = None if lock_lost_at_release is None else int(bool(lock_lost_at_release))
+        counted = [(
+            "INSERT INTO flag_counts (name, flag, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
+            " ON CONFLICT (name, flag) DO UPDATE SET count = count + 1",
+            ("lock_lost_at_release", run_id),
+        )] if lost else []
         self._transaction(
             (
                 "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
                 " fencing_token = COALESCE(?, fencing_token), error = ?, note = ?, output_tail = ?,"
-                " exit_status = ?, waited_s = ?, started_at = COALESCE(?, started_at)"
+                " exit_status = ?, waited_s = ?, started_at = COALESCE(?, started_at), lock_lost_at_release = ?"
                 " WHERE run_id = ?",
                 (status, ended_at, duration_s, exit_code, signal, fencing_token, error, note, output_tail,
-                 exit_status, waited_s, started_at, run_id),
+                 exit_status, waited_s, started_at, lost, run_id),
             ),
             (
                 "INSERT INTO run_counts (name, status, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
                 " ON CONFLICT (name, status) DO UPDATE SET count = count + 1",
                 (status, run_id),
             ),
+            *counted,
         )
 
     def record_event(self, run: RunRecord, *, status: str, note: str | None = None) -> None:
@@ -321,6 +331,11 @@ class Ledger:
         """(name, status, count) of every finished run ever recorded, pruned ones included."""
         with self._connection() as db:
             return [tuple(row) for row in db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
+
+    def flag_counts(self) -> list[tuple[str, str, int]]:
+        """(name, flag, count) of the flagged runs ever recorded (lock_lost_at_release), pruned ones included."""
+        with self._connection() as db:
+            return [tuple(row) for row in db.execute("SELECT name, flag, count FROM flag_counts ORDER BY 1, 2")]
 
     def timeline(self) -> LedgerTimeline:
         """The timeline's reads: the lanes of a window and their runs (ledger_timeline.py)."""

@@ -31,7 +31,7 @@ NOTABLE = f"status NOT IN ('{Status.RUNNING}', '{Status.SUCCEEDED}')"  # failure
 FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.DUPLICATE}',"
                 f" '{Status.UNLOCKED}')")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Each schema version: the statements that take the ledger to it from the version before.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -108,6 +108,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"CREATE INDEX IF NOT EXISTS runs_notable ON runs (name, status, ended_at, started_at, host) WHERE {NOTABLE}",
         "CREATE INDEX IF NOT EXISTS runs_durations ON runs (name, duration_s, ended_at, host, status)"
         f" WHERE {FINISHED_RUN}",
+    ),
+    # Whether the release found the lock no longer the run's (1: it may have overlapped another
+    # run; 0: released as its own; NULL: no release, or none recorded then), and, per name, how
+    # many runs were so flagged, kept as they finish (like run_counts: prune never lowers a
+    # Prometheus counter). README "A run that lost its lock says so".
+    7: (
+        "ALTER TABLE runs ADD COLUMN lock_lost_at_release INTEGER",
+        """
+        CREATE TABLE IF NOT EXISTS flag_counts (
+            name  TEXT NOT NULL,
+            flag  TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            PRIMARY KEY (name, flag)
+        ) WITHOUT ROWID
+        """,
     ),
 }
 

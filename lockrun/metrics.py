@@ -24,7 +24,12 @@ FAMILIES = (
     ("lockrun_last_exit_status", "gauge",
      "What lockrun exited with in the newest finished run, as cron saw it (124 timeout, 76 lost, 128+N signal)."),
     ("lockrun_runs_total", "counter", "Finished runs by final status, pruned ones included."),
+    ("lockrun_lock_lost_at_release_total", "counter",
+     "Runs whose release found the lock no longer theirs (expired, evicted, stolen or cleared): each may have"
+     " overlapped another run."),
 )
+#: The run flags counted per name (a field of the run row that is true), and their families.
+FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total"}
 
 
 def escape_label(value: str) -> str:
@@ -48,6 +53,7 @@ class JobFacts(NamedTuple):
     last: dict[str, Any] | None  # the newest finished run, as history --json shows it
     last_success_at: str | None  # ISO end time of the newest succeeded run
     counts: dict[str, int]  # runs by final status
+    flags: dict[str, int] | None = None  # runs by flag (FLAG_FAMILIES): how many releases found the lock lost
 
 
 def ledger_facts(ledger: Ledger) -> list[JobFacts]:
@@ -55,11 +61,14 @@ def ledger_facts(ledger: Ledger) -> list[JobFacts]:
     counts: dict[str, dict[str, int]] = {}
     for name, status, count in ledger.run_counts():
         counts.setdefault(name, {})[status] = count
+    flags: dict[str, dict[str, int]] = {}
+    for name, flag, count in ledger.flag_counts():
+        flags.setdefault(name, {})[flag] = count
     found = []
     for name in sorted(counts):
         success = ledger.last_with_status(name, Status.SUCCEEDED)
         found.append(JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None,
-                              counts[name]))
+                              counts[name], flags.get(name, {})))
     return found
 
 
@@ -81,6 +90,8 @@ def exposition(facts: list[JobFacts]) -> str:
             samples["lockrun_last_success_timestamp_seconds"].append(f"{{{label}}} {_number(ended)}")
         for status, count in sorted(job.counts.items()):
             samples["lockrun_runs_total"].append(f'{{{label},status="{escape_label(status)}"}} {count}')
+        for flag, family in FLAG_FAMILIES.items():  # 0 too: a counter that exists before it first counts
+            samples[family].append(f"{{{label}}} {(job.flags or {}).get(flag, 0)}")
     lines = []
     for family, kind, help_text in FAMILIES:
         lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]

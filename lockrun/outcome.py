@@ -34,6 +34,9 @@ class Outcome(NamedTuple):
     holder: Holder | None = None  # who kept us out, for a busy outcome
     output_tail: str | None = None
     lease_lost: bool = False  # the lease was lost while the command ran (stopped for it or not)
+    # The release found the lock no longer this run's (True), released it (False), or was not
+    # made or did not reach the backend (None): README "A run that lost its lock says so".
+    lock_lost_at_release: bool | None = None
 
     def noted(self, note: str) -> Outcome:
         """This outcome with ``note`` added after the note it has."""

@@ -71,9 +71,20 @@ ROW_FIELDS = (
     "note",
     "exit_status",
     "waited_s",
+    "lock_lost_at_release",
 )
 INT_FIELDS = frozenset({"exit_code", "signal", "pid", "fencing_token", "exit_status"})
 FLOAT_FIELDS = frozenset({"duration_s", "waited_s"})
+# True: the release found the lock no longer this run's (expired, evicted, stolen, cleared), so
+# another run may have overlapped it; False: released as its own; None: no release (a skip, a
+# run that never held the lock, a release that did not reach the backend, rows from before).
+BOOL_FIELDS = frozenset({"lock_lost_at_release"})
+# The field of the fleet record's ``counts`` hash that counts those runs (the release script
+# spells it out too). No status has a colon: readers of statuses skip it.
+LOST_AT_RELEASE_COUNT = "flag:lock_lost_at_release"
+# What a release script chooses between (the run's note and whether the lock was still its own):
+# the end of a row's JSON, after everything else (see row_json_parts).
+RELEASE_DECIDES = ("note", "lock_lost_at_release")
 Number = TypeVar("Number", int, float)
 # Redis integers are signed 64-bit; anything wider was not written by lockrun.
 INT_LIMIT = 2**63
@@ -126,15 +137,26 @@ def parse_command(value: object) -> list[str]:
     return [item for item in parsed if isinstance(item, str)]
 
 
-def fields_from_row(row: Row) -> list[str]:
-    """A run row as flat ``field, value, ...`` strings for the fleet record; None fields are left out."""
+def parse_bool(value: object) -> bool | None:
+    """``1``/``0`` as stored (or a JSON boolean); anything else reads as None."""
+    if isinstance(value, bool):
+        return value
+    text = _text(value).strip() if isinstance(value, (str, bytes)) else None
+    return {"1": True, "0": False}.get(text or "")
+
+
+def fields_from_row(row: Row, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """A run row as flat ``field, value, ...`` strings for the fleet record; None fields (and those
+    in ``leave_out``) are left out."""
     flat: list[str] = []
     for field in ROW_FIELDS:
         value = row.get(field)
-        if value is None or field in ("name", "backend"):  # the key names the lock; the record is Redis'
+        if value is None or field in ("name", "backend", *leave_out):  # the key names the lock; the record is Redis'
             continue
         if field == "command":
             text = json.dumps(list(value))
+        elif field in BOOL_FIELDS:
+            text = "1" if value else "0"
         elif field in FLOAT_FIELDS:
             text = repr(float(value))
         else:
@@ -145,7 +167,19 @@ def fields_from_row(row: Row) -> list[str]:
 
 def row_json(row: Row) -> str:
     """A run row as one JSON object (the fleet's ``last`` record keeps it so, to be read fast)."""
-    return json.dumps({field: row.get(field) for field in ROW_FIELDS if field not in ("name", "backend")})
+    head, tail = row_json_parts(row)
+    return head + tail
+
+
+def row_json_parts(row: Row) -> tuple[str, str]:
+    """:func:`row_json` cut in two: everything but RELEASE_DECIDES (without the closing brace), and
+    those fields with the brace. A release script appends one of two tails to one head, so it can
+    record whether the lock was still the run's without a JSON library (Redis' cjson would round a
+    fencing token to 14 digits)."""
+    shown = {field: row.get(field) for field in ROW_FIELDS if field not in ("name", "backend", *RELEASE_DECIDES)}
+    head = json.dumps(shown)[:-1]
+    tail = json.dumps({field: row.get(field) for field in RELEASE_DECIDES})[1:]
+    return head, (", " + tail if shown else tail)
 
 
 def fields_from_json(text: object) -> dict[str, object]:
@@ -177,6 +211,8 @@ def row_from_fields(name: str, fields: Mapping[Any, object], backend: str = "red
             row[field] = parse_int(value) if value is not None else None
         elif field in FLOAT_FIELDS:
             row[field] = parse_float(value) if value is not None else None
+        elif field in BOOL_FIELDS:
+            row[field] = parse_bool(value) if value is not None else None
         else:
             row[field] = _text(value)[:TEXT_LIMIT] if value is not None else None
     if not row["status"]:

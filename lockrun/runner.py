@@ -42,6 +42,23 @@ from lockrun.watch import watch
 
 if TYPE_CHECKING:
     from lockrun.notify import Delivery
+    from lockrun.zones import Zone
+
+
+#: The note of a run whose release found the lock no longer its own (README "A run that lost its
+#: lock says so"); a run whose lease was already lost says that in its status or note instead.
+LOST_AT_RELEASE_NOTE = ("the lock was no longer this run's at its release (expired, evicted, stolen or cleared):"
+                        " another run may have overlapped it")
+
+
+def released_as(outcome: Outcome, released: bool | None) -> Outcome:
+    """``outcome`` as a release that answered ``released`` leaves it (None: no answer)."""
+    if released is None:
+        return outcome
+    if released:
+        return outcome._replace(lock_lost_at_release=False)
+    lost = outcome._replace(lock_lost_at_release=True)
+    return lost if outcome.lease_lost else lost.noted(LOST_AT_RELEASE_NOTE)
 
 
 class RunOptions(NamedTuple):
@@ -65,6 +82,7 @@ class RunOptions(NamedTuple):
     replace: bool = False  # ask a busy lock's holder to stop instead of skipping
     slots: int = 1  # up to this many holders of the name at once
     call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
+    once_zone: Zone | None = None  # the zone of a time-derived --once key (README "One zone per name")
 
 
 class Run:
@@ -158,7 +176,8 @@ class Run:
         opts = self.options
         lease_client = LeaseClient(
             backend, opts.name, opts.ttl, run_id=self.run_id, argv=opts.argv, report=self.report, slots=opts.slots,
-            once=OnceKey(opts.once_key, opts.remember) if opts.once_key else None,
+            once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
+                         zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
         )
         got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,
                                    interrupted=lambda: bool(supervisor.signals.received),
@@ -170,7 +189,7 @@ class Run:
             outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
             if isinstance(got, Lease):
                 self.journal.mark_ended()
-                lease_client.release(got, record=FleetRecord(self.journal.row(outcome)))
+                outcome = self._release(lease_client, got, outcome)
             self.report("error", error)
             return outcome
         if isinstance(got, Duplicate):
@@ -198,10 +217,27 @@ class Run:
         hold_until = iso_ago(-hold_s) if hold_s else ""
         if hold_s:
             outcome = outcome.noted(f"--min-hold keeps the lock taken until {hold_until}")
-        record = FleetRecord(self.journal.row(outcome), outcome.output_tail)
-        lease_client.release(lease, lost=outcome.lease_lost, succeeded=outcome.status == Status.SUCCEEDED,
-                             hold_s=hold_s, hold_until=hold_until, record=record)
-        return outcome
+        return self._release(lease_client, lease, outcome, succeeded=outcome.status == Status.SUCCEEDED,
+                             hold_s=hold_s, hold_until=hold_until)
+
+    def _release(self, lease_client: LeaseClient, lease: Lease, outcome: Outcome, *, succeeded: bool = False,
+                 hold_s: float = 0.0, hold_until: str = "") -> Outcome:
+        """Give the lock back, recording the run's end; the outcome as the release found the lock.
+
+        Only the release script knows whether the lock was still this run's, so the fleet record
+        gets both rows and keeps the true one; the ledger row follows the answer. A lock that was
+        no longer ours (expired, evicted, stolen, cleared) means another run may have overlapped
+        this one: one line says so, unless the run already said its lease was lost.
+        """
+        kept, lost = released_as(outcome, True), released_as(outcome, False)
+        record = FleetRecord(self.journal.row(kept), outcome.output_tail, if_lost=self.journal.row(lost))
+        released = lease_client.release(lease, lost=outcome.lease_lost, succeeded=succeeded, hold_s=hold_s,
+                                        hold_until=hold_until, record=record)
+        if released is False and not outcome.lease_lost:  # a lost lease was said when it was lost
+            self.report("warn", f"lock {lease.name!r} was no longer this run's when it released it (it expired, was"
+                                " evicted, stolen or cleared): another run may have overlapped this one; its ledger"
+                                " row says lock_lost_at_release")
+        return released_as(outcome, released)
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
         """Run the command under the lease: from the exec to the reaping of its whole group."""

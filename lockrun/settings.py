@@ -14,7 +14,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 from urllib.parse import urlsplit
 
 from lockrun.backends import ALL_REPLICAS
@@ -22,6 +22,9 @@ from lockrun.backends.redis_url import redact_url, url_without_credentials, vali
 from lockrun.errors import ConfigError, UsageError
 from lockrun.record import FINAL_STATUSES, Status
 from lockrun.safefs import UnsafePath, check_owner_and_mode
+
+if TYPE_CHECKING:
+    from lockrun.zones import Zone
 
 DEFAULT_TTL = 60.0
 DEFAULT_PREFIX = "lockrun:"
@@ -82,11 +85,11 @@ _ONCE_KEY_RE = re.compile(r"[A-Za-z0-9._:@/\-]{1,200}")
 DEFAULT_REMEMBER = "30d"
 
 
-def expand_once_key(template: str) -> str:
-    """``report-%Y-%m-%d`` -> ``report-2026-11-29`` (local time, like cron)."""
-    import time
+def expand_once_key(template: str, zone: Zone | None = None) -> str:
+    """``report-%Y-%m-%d`` -> ``report-2026-11-29``, in ``zone`` (None: the process's local time)."""
+    from lockrun.zones import strftime
 
-    key = time.strftime(template)
+    key = strftime(template, zone)
     if not _ONCE_KEY_RE.fullmatch(key):
         raise UsageError(f"invalid --once key {template!r} (expands to {key!r}): use {ONCE_KEY_RULE}")
     return key
@@ -96,11 +99,12 @@ def expand_once_key(template: str) -> str:
 ONCE_PERIODS = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "week": "%G-W%V", "month": "%Y-%m"}
 
 
-def once_key_for_period(period: str, now: float | None = None) -> str:
-    """``day`` -> ``2026-12-01``; ``week`` is the ISO week (``2026-W49``), ``hour`` ``2026-12-01T14``."""
-    import time
+def once_key_for_period(period: str, now: float | None = None, zone: Zone | None = None) -> str:
+    """``day`` -> ``2026-12-01``; ``week`` is the ISO week (``2026-W49``), ``hour`` ``2026-12-01T14``;
+    the period's start in ``zone`` (None: the process's local time)."""
+    from lockrun.zones import strftime
 
-    return time.strftime(ONCE_PERIODS[period], time.localtime(now))
+    return strftime(ONCE_PERIODS[period], zone, now)
 
 
 _RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
@@ -276,7 +280,12 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
     "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
     "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
+    # README "Never twice, whatever lockrun cannot see"
+    "allow_eviction": ((bool,), "true or false (run even on a Redis that may evict keys)"),
+    "timezone": ((str,), "a string: an IANA time zone name such as \"UTC\" or \"Europe/Berlin\""),
 }
+#: Config keys whose values are booleans (any other key refuses true and false).
+BOOL_CONFIG_KEYS = frozenset({"allow_eviction"})
 
 
 class ConfigFile(TypedDict, total=False):
@@ -299,6 +308,8 @@ class ConfigFile(TypedDict, total=False):
     replicas: int | str
     fleet_keep_runs: int
     fleet_keep_days: int
+    allow_eviction: bool
+    timezone: str
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -393,6 +404,10 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
                 validate_http_url(url, "notify_urls entry")
         if key == "redis_url":
             validate_redis_url(value)
+        if key == "timezone":
+            from lockrun.zones import parse_zone
+
+            parse_zone(value, "timezone")
     except UsageError as exc:
         raise ConfigError(f"config file {where}: {exc}") from None
 
@@ -426,7 +441,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
             known = ", ".join(CONFIG_KEYS)
             raise ConfigError(f"config file {where}: unknown key {key!r} (known keys: {known})")
         types, expected = CONFIG_KEYS[key]
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and key not in BOOL_CONFIG_KEYS) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
         _check_config_value(key, value, expected, where)
     return path, cast(ConfigFile, data)  # every key is known, of its type and in its range (checked above)
@@ -468,6 +483,8 @@ class Settings(NamedTuple):
     redis_password_file: Path | None = None  # the password, kept out of argv and the environment
     redis_url_from: str | None = None  # "--redis-url", "LOCKRUN_REDIS_URL" or "redis_url in FILE"
     replicas: int | str = 0  # the config file's `replicas` (--replicas overrides it)
+    allow_eviction: bool = False  # the config file's `allow_eviction` (--allow-eviction sets it too)
+    timezone: str | None = None  # the config file's `timezone` (--tz and LOCKRUN_TZ win over it)
 
     @property
     def backend_name(self) -> str:
@@ -541,4 +558,6 @@ def resolve(
         fleet_keep_days=file.get("fleet_keep_days", DEFAULT_FLEET_KEEP_DAYS),
         redis_password_file=Path(password_file).expanduser() if password_file else None,
         redis_url_from=redis_url_from if redis_url else None,
+        allow_eviction=file.get("allow_eviction", False),
+        timezone=file.get("timezone"),
     )

@@ -37,6 +37,9 @@ class Lease(NamedTuple):
     once: OnceKey | None = None  # marked done by a release after a successful command
     slots: int = 1  # --slots N: one of N holders
     replicas: int = 0  # --replicas: how many replicas must acknowledge each renewal (all: learned at acquire)
+    # allow_eviction: the maxmemory-policy of a Redis that may evict keys, which the acquire found
+    # and was told to accept (for a line under -v); None: the server does not evict, or was not asked.
+    evicting: str | None = None
 
 
 class OnceKey(NamedTuple):
@@ -44,6 +47,11 @@ class OnceKey(NamedTuple):
 
     key: str
     remember_s: float
+    # The canonical time zone the key was computed in, when it is time-derived (--once-per, or
+    # --once with a % conversion): every run of the name must use the same (README "One zone
+    # per name"). None: the key does not depend on the time.
+    zone: str | None = None
+    zone_from: str = ""  # where that zone came from (--tz, the host's local zone...), for messages
 
 
 class Duplicate(NamedTuple):
@@ -61,6 +69,10 @@ class FleetRecord(NamedTuple):
     row: Row  # as ``history --json`` shows it
     output_tail: str | None = None  # with --capture-tail: its last 4 KiB go to the ``last`` record
     at_once: bool = False  # a row that is over at once (an unlock): recorded only if it cleared something
+    # The row to record instead when the release finds the lock no longer this run's (expired,
+    # evicted, stolen, cleared): its note and ``lock_lost_at_release`` say so. Only the release
+    # script knows which of the two is true. None: ``row`` either way.
+    if_lost: Row | None = None
 
 
 class FleetRetention(NamedTuple):
@@ -377,12 +389,14 @@ class BackendSettings(Protocol):
 
 def open_backend(
     settings: BackendSettings, timeout: float, connect_timeout: float | None = None, replicas: int | str = 0,
+    allow_eviction: bool = False,
 ) -> Backend:
     """Redis when a URL is configured, else the local backend in the state directory.
 
     A configured but unreachable Redis is never replaced by the local backend:
     that is exit 69. Redis is imported only when it is used. ``replicas`` (``--replicas``:
     a number or "all") is how many Redis replicas must acknowledge an acquire or renewal.
+    ``allow_eviction``: acquire even on a Redis that may evict keys (else exit 69).
     """
     if not settings.redis_url:
         from lockrun.backends.local import LocalBackend
@@ -395,4 +409,5 @@ def open_backend(
         fleet=FleetRetention(settings.fleet_keep_runs, settings.fleet_keep_days),
         password=settings.redis_password(),
         replicas=replicas,
+        allow_eviction=allow_eviction,
     )

@@ -27,8 +27,10 @@ from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, H
 from lockrun.backends.local_files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local_holders import LocalInspection, holder_of
 from lockrun.backends.local_records import Description, LockRecords, cooling, stored_fence
-from lockrun.errors import BackendUnavailable, ForeignData, SlotsMismatch
+from lockrun.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
+from lockrun.printable import printable
 from lockrun.safefs import UnsafePath, write_atomically
+from lockrun.zones import MAX_ZONE_NAME
 
 ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
 
@@ -79,6 +81,11 @@ class LocalBackend:
             if still_cooling is not None:
                 os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
                 return still_cooling
+            try:
+                self._agree_on_zone(name, once, ttl)
+            except BaseException:
+                os.close(fd)
+                raise
             if once is not None and self.records.is_done(name, once.key):
                 os.close(fd)
                 return Duplicate(name=name, key=once.key)
@@ -117,6 +124,11 @@ class LocalBackend:
             if not same_file(fd, path):
                 os.close(fd)
                 continue
+            try:
+                self._agree_on_zone(name, once, ttl)
+            except BaseException:
+                os.close(fd)
+                raise
             if once is not None and self.records.is_done(name, once.key):
                 os.close(fd)
                 return Duplicate(name=name, key=once.key)
@@ -135,6 +147,15 @@ class LocalBackend:
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
                          slots=slots)
         return busy or Holder(name=name, slotted=True)
+
+    def _agree_on_zone(self, name: str, once: OnceKey | None, ttl: float) -> None:
+        """README "One zone per name": a time-derived --once key computed in another zone than the
+        one recorded for the name is refused (ZoneMismatch); else the zone is recorded."""
+        if once is None or not once.zone:
+            return
+        recorded = self.records.agree_on_zone(name, once, once.remember_s + ttl)
+        if recorded is not None:
+            raise ZoneMismatch(name, printable(recorded)[:MAX_ZONE_NAME], once.zone, once.zone_from or "this host")
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         fd = self._held.get(lease.token)
@@ -155,6 +176,8 @@ class LocalBackend:
         # ``record`` is for a shared backend: here the ledger is this host's whole memory.
         if succeeded and lease.once is not None:
             self.records.mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
+            if lease.once.zone:
+                self.records.keep_zone(lease.name, lease.once)
         return self._let_go(lease.name, lease.token, hold_s, hold_until)
 
     def release_token(self, name: str, token: str, slots: int = 1) -> bool:

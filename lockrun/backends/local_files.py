@@ -125,6 +125,10 @@ class LockFiles:
     def done_path(self, name: str, key: str) -> Path:
         return self.once_dir / file_name(name) / file_name(key)
 
+    def zone_path(self, name: str) -> Path:
+        """The zone of the name's time-derived --once keys, beside their marks ("~" is in no key's file name)."""
+        return self.once_dir / file_name(name) / "~zone"
+
     def slots_meta(self, name: str) -> int | None:
         """The N of the --slots lock ``name`` as last taken, if it is recorded."""
         raw = (read_small(self.slots_meta_path(name), 32) or b"").strip()

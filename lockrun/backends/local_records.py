@@ -106,6 +106,46 @@ class LockRecords:
             path.unlink()
         return False
 
+    def agree_on_zone(self, name: str, once: OnceKey, keep_s: float) -> str | None:
+        """The zone recorded for the --once periods of ``name`` when it is not ``once.zone`` (the run
+        is refused); else None, and ``once.zone`` is recorded (or kept) for at least ``keep_s``.
+
+        ``once/<name>/~zone`` holds ``EXPIRES ZONE``, read and written under a flock of its own, so
+        that two --slots holders, which hold different kernel locks, cannot both record a zone."""
+        return self._zone(name, once, keep_s, check=True)
+
+    def keep_zone(self, name: str, once: OnceKey) -> None:
+        """After a --once mark: keep the name's zone (if it is ``once.zone``) at least as long."""
+        self._zone(name, once, once.remember_s, check=False)
+
+    def _zone(self, name: str, once: OnceKey, keep_s: float, check: bool) -> str | None:
+        path = self._files.zone_path(name)
+        try:
+            private_dir(self._files.once_dir, "the --once directory")
+            private_dir(path.parent, "the --once directory")
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except (OSError, UnsafePath) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise BackendUnavailable(f"cannot record the time zone of {name!r} in {path.parent}: {reason}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            words = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
+            expires = finite(words[0]) if len(words) == 2 else None
+            recorded = words[1] if expires is not None and expires > time.time() else None
+            if recorded is not None and recorded != once.zone:
+                return recorded if check else None
+            if recorded is None and not check:
+                return None  # nothing recorded (or another zone's record ran out): nothing to keep
+            until = max(expires or 0.0, time.time() + keep_s)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{until!r} {once.zone}\n".encode(), 0)
+            os.fsync(fd)
+            return None
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot record the time zone of {name!r} in {path}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
     def mark_done(self, name: str, once: OnceKey) -> None:
         """Remember that ``once`` succeeded (until its time runs out), durably."""
         path = self._files.done_path(name, once.key)

@@ -30,9 +30,10 @@ from lockrun.backends import (
     OnceKey,
 )
 from lockrun.backends.redis_client import REDIS_ERRORS, Client, RedisConnection
+from lockrun.backends.redis_eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis_keys import lock_keys
 from lockrun.backends.redis_replicas import ReplicaWait
-from lockrun.backends.redis_replies import script_int
+from lockrun.backends.redis_replies import script_int, text
 from lockrun.backends.redis_scripts import (
     acquire_call,
     clear_foreign_call,
@@ -40,7 +41,9 @@ from lockrun.backends.redis_scripts import (
     release_call,
     renew_call,
 )
-from lockrun.errors import ReplicasMissing, SlotsMismatch
+from lockrun.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
+from lockrun.printable import printable
+from lockrun.zones import MAX_ZONE_NAME
 
 if TYPE_CHECKING:
     from lockrun.backends.redis_fleet import RedisFleetRecord
@@ -60,8 +63,10 @@ class RedisBackend:
         fleet: FleetRetention | None = None,
         password: str | None = None,
         replicas: int | str = 0,
+        allow_eviction: bool = False,
     ) -> None:
         self.url = url
+        self.allow_eviction = allow_eviction  # README "Never twice": run even where keys may be evicted
         self.prefix = prefix
         self.fleet = fleet or FleetRetention()
         self.timeout = timeout
@@ -85,7 +90,7 @@ class RedisBackend:
         slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         keys = lock_keys(self.prefix, name)
-        call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet)
+        call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction)
         wanted = self.replica_wait.replicas
         every = self.replica_wait.every
         known = self.replica_wait.known(keys.lock) if every else 0
@@ -101,13 +106,31 @@ class RedisBackend:
         outcome = script_int(reply[0])
         if outcome == 1:
             lease = Lease(name=name, token=token, fencing_token=script_int(reply[1]), ttl=ttl, sent_at=sent_at,
-                          once=once, slots=slots)
+                          once=once, slots=slots, evicting=(text(reply[2]) or None) if len(reply) > 2 else None)
             return self.replica_wait.confirmed(lease, self.prefix, got, known) if got is not None else lease
         if outcome == 2 and once is not None:
             return Duplicate(name=name, key=once.key)
         if outcome == -1:
             raise SlotsMismatch(name, script_int(reply[1]), slots)
+        if outcome == -2:
+            raise EvictingServer(eviction_refusal(self.connection.redacted, text(reply[1]), reply[2], text(reply[3])))
+        if outcome == -3 and once is not None:
+            raise ZoneMismatch(name, printable(text(reply[1]))[:MAX_ZONE_NAME], once.zone or "?",
+                               once.zone_from or "this host")
+        if outcome == -4:
+            raise ForeignData(f"Redis at {self.connection.redacted} holds data for lock {name!r} that lockrun did not"
+                              f" write ({keys.once_tz} is a {text(reply[1])[:20]}, not a string); it records the time"
+                              f" zone of the name's --once periods: delete it by hand (DEL {keys.once_tz})")
         return self.inspection.busy_holder(name, slots, reply[1], reply[2])
+
+    def evicting_servers(self) -> list[Eviction]:
+        """For ``status``: the servers a lock may live on (every master of a Cluster) that may evict
+        keys, or that do not say, by what INFO memory says: one command per server."""
+        try:
+            infos = self.connection.memory_infos()
+        except REDIS_ERRORS as exc:
+            return [Eviction(self.connection.redacted, "", 0, str(exc) or type(exc).__name__)]
+        return [found for found in (eviction_in(where, info) for where, info in infos) if found]
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         call = renew_call(lock_keys(self.prefix, lease.name), lease, heartbeat_at, child_pid)

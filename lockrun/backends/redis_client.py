@@ -25,7 +25,7 @@ from lockrun.backends.redis_keys import lock_keys, name_in_key
 from lockrun.backends.redis_replies import int_or_none, text
 from lockrun.backends.redis_scripts import ScriptCall
 from lockrun.backends.redis_url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, ClusterURL, parse_cluster_url, redact_url
-from lockrun.errors import BackendUnavailable, ForeignData, UsageError
+from lockrun.errors import BackendUnavailable, ForeignData, NothingTaken, UsageError
 
 # Everything redis-py raises for a server that cannot serve us (RedisClusterException is
 # not a RedisError: it says a cluster's slot map could not be had).
@@ -165,6 +165,17 @@ class RedisConnection:
         return self.call(lambda: self.client.eval(call.script, len(keys), *keys, *call.args),
                          keys[0] if keys else None)
 
+    def memory_infos(self) -> list[tuple[str, object]]:
+        """``INFO memory`` of the server, or of every master of a Cluster (each decides for the
+        locks it holds): (where, what redis-py parsed), one command per server. Raises REDIS_ERRORS."""
+        client = self.client
+        if not isinstance(client, RedisCluster):
+            return [(self.redacted, client.info("memory"))]
+        replies = client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+        if isinstance(replies, dict) and "maxmemory_policy" not in replies and replies:
+            return [(f"{self.redacted} (node {text(node)})", info) for node, info in sorted(replies.items())]
+        return [(self.redacted, replies)]
+
     def unavailable(self, exc: Exception, key: str | None = None) -> BackendUnavailable:
         reason = str(exc) or type(exc).__name__
         if self._password:
@@ -175,6 +186,13 @@ class RedisConnection:
                 f"Redis at {self.redacted} requires a password and none was given: put it in the URL"
                 " (redis://:PASSWORD@host...), or better in a file named by redis_password_file in the config"
                 " or LOCKRUN_REDIS_PASSWORD_FILE"
+            )
+        if isinstance(exc, redis.exceptions.OutOfMemoryError) or "used memory > 'maxmemory'" in reason:
+            # A full noeviction server refuses any script whose first write needs memory: nothing was taken.
+            return NothingTaken(
+                f"Redis at {self.redacted} is out of memory (used memory is above its maxmemory, and its"
+                " maxmemory-policy refuses new keys rather than evicting any): free memory on the server or raise"
+                " its maxmemory; the command did not run"
             )
         if "WRONGTYPE" in reason or "not an integer" in reason:
             name = (name_in_key(self.prefix, key) or "NAME") if key else None

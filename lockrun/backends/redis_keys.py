@@ -40,6 +40,11 @@ class LockKeys(NamedTuple):
     def slot_count(self) -> str:
         return f"{self.slots}:n"
 
+    @property
+    def once_tz(self) -> str:
+        """The time zone the name's --once periods are computed in (README "One zone per name")."""
+        return f"{self.base}:once_tz"
+
 
 def lock_keys(prefix: str, name: str) -> LockKeys:
     """Every Redis key of one lock."""

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from lockrun.backends import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.backends.redis_keys import LockKeys
 from lockrun.clock import utc_now_iso
-from lockrun.record import fields_from_row, row_json, tail_for_fleet
+from lockrun.record import RELEASE_DECIDES, fields_from_row, row_json_parts, tail_for_fleet
 
 # The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
@@ -22,9 +22,14 @@ from lockrun.record import fields_from_row, row_json, tail_for_fleet
 # record_end(runs, last, counts, ended, a, released): ARGV[a..] = maxlen, keep_ms, status
 # ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once, an
 # unlock: recorded with a start event before its end, and only if the script cleared
-# something), run_id, the row as JSON (``last`` keeps it so: status reads thousands), then
-# the run's field/value pairs (the stream keeps those, for people reading it with redis-cli).
+# something), run_id, the row as JSON in three parts (``last`` keeps it so: status reads
+# thousands): its head, then the tail to append when the lock was still the run's and the one
+# when it was not (its note and lock_lost_at_release say so; '': no such variant), the note of
+# each, then the run's other field/value pairs (the stream keeps those, for people reading it
+# with redis-cli). A release that found the lock no longer the run's counts it in ``counts``
+# under record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
 # The ``ended`` marker makes a release that is retried after a lost reply record it once.
+
 FLEET_LUA = """
 local function fleet_touch(keep, ...)
   for _, key in ipairs({...}) do redis.pcall('PEXPIRE', key, keep) end
@@ -35,8 +40,22 @@ local function record_end(runs, last, counts, ended, a, released)
   local fresh = redis.pcall('SET', ended, '1', 'NX', 'PX', 600000)
   if type(fresh) ~= 'table' or not fresh.ok then return end
   local maxlen, keep = ARGV[a], ARGV[a + 1]
+  local decided = ARGV[a + 9] ~= ''
+  local lost = decided and released == 0
   local fields = {}
-  for i = a + 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+  for i = a + 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local note = ARGV[a + 10]
+  if lost then note = ARGV[a + 11] end
+  if note ~= '' then
+    fields[#fields + 1] = 'note'
+    fields[#fields + 1] = note
+  end
+  if decided then
+    fields[#fields + 1] = 'lock_lost_at_release'
+    fields[#fields + 1] = lost and '1' or '0'
+  end
+  local row = ARGV[a + 7] .. ARGV[a + 8]
+  if lost then row = ARGV[a + 7] .. ARGV[a + 9] end
   if ARGV[a + 5] == '1' then
     redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
   end
@@ -45,11 +64,12 @@ local function record_end(runs, last, counts, ended, a, released)
     local success = redis.pcall('HGET', last, 'last_success_at')
     if status == 'succeeded' then success = ARGV[a + 4] end
     redis.pcall('DEL', last)
-    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', ARGV[a + 7])
+    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', row)
     if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
     if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
   end
   redis.pcall('HINCRBY', counts, status, 1)
+  if lost then redis.pcall('HINCRBY', counts, 'flag:lock_lost_at_release', 1) end
   fleet_touch(keep, runs, last, counts)
 end
 local function record_start(runs, maxlen, keep, fence, first)
@@ -80,45 +100,115 @@ local function wake(key, ttl_ms)
 end
 """
 
-# A release marks the --once key done (if the run has one: its key is the last KEYS entry) and
-# wakes one waiter.
+# A release marks the --once key done (if the run has one: its key comes after the fleet
+# record's), keeps the name's recorded time zone at least as long as that mark (if the key is
+# time-derived: the zone's key comes last, README "One zone per name"), and wakes one waiter.
 RELEASE_LUA = WAKE_LUA + """
 local function mark_done(key, value, remember_ms)
   if key then redis.call('SET', key, value, 'PX', remember_ms) end
+end
+local function keep_zone_for(key, zone, keep_ms)
+  if key and redis.call('GET', key) == zone then
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), tonumber(keep_ms)))
+  end
+end
+"""
+
+# What the acquire scripts check before anything else (README "Never twice, whatever lockrun
+# cannot see"), without a round trip of their own:
+#
+# eviction(): INFO memory, read by the script itself (scripts may call INFO; CONFIG is refused
+# to them, and hosted Redis often renames it). nil when the server keeps every key: maxmemory
+# 0, or maxmemory-policy noeviction. Otherwise {policy, maxmemory, why}, policy '' when it
+# cannot tell (INFO refused, e.g. by an ACL; no maxmemory_policy line): every other policy,
+# allkeys-* and volatile-* alike, may evict lockrun's keys, which all have a TTL.
+#
+# zone_conflict(key, zone): the time zone recorded for the name's --once periods when it is
+# not ``zone`` (a string), or {kind} when the key is not a string at all; nil when they agree
+# or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
+# to live. No key (a run whose --once key does not depend on the time): nothing to check.
+ACQUIRE_CHECKS_LUA = """
+local function eviction()
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) ~= 'string' then
+    local why = 'no reply'
+    if type(info) == 'table' and info.err then why = info.err end
+    return {'', 0, why}
+  end
+  local limit = tonumber(string.match(info, '\\nmaxmemory:(%d+)') or '')
+  local policy = string.match(info, '\\nmaxmemory_policy:([%w%-]+)')
+  if not limit or not policy then return {'', 0, 'INFO memory names no maxmemory_policy'} end
+  if limit == 0 or policy == 'noeviction' then return nil end
+  return {policy, limit, ''}
+end
+local function zone_conflict(key, zone)
+  if not key then return nil end
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then return {kind} end
+  local recorded = redis.call('GET', key)
+  if recorded and recorded ~= zone then return recorded end
+  return nil
+end
+local function keep_zone(key, zone, keep_ms)
+  if key then redis.call('SET', key, zone, 'PX', math.max(redis.call('PTTL', key), keep_ms)) end
+end
+local function refused(evicts, allowed)
+  if evicts and allowed ~= '1' then return {-2, evicts[1], evicts[2], evicts[3]} end
+  return nil
+end
+local function refused_zone(conflict)
+  if type(conflict) == 'table' then return {-4, conflict[1]} end
+  return {-3, conflict}
+end
+local function evicting_policy(evicts)
+  if not evicts then return '' end
+  if evicts[1] == '' then return '?' end
+  return evicts[1]
 end
 """
 
 # Take the lock, advance the fence and describe the holder, all or nothing; record the start
 # (or count a busy or duplicate outcome) in the fleet record.
-# KEYS: lock, info, fence, preempt, slots, runs, counts[, done]. ARGV: token, ttl_ms,
-# last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms, then info
-# field/value pairs (the start event takes the ones that are not secret).
-# Returns {1, fence} when taken (a preemption request meant for the previous holder is
-# dropped); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
-# given straight back; {-1, n} when the name is in use with --slots n; else {0, pttl,
-# info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored back:
-# it never goes back, not even after a restart without persistence, a lossy failover or a
+# KEYS: lock, info, fence, preempt, slots, runs, counts[, done[, once_tz]]. ARGV: token, ttl_ms,
+# last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms,
+# allow_eviction ('1': run on an evicting server all the same), zone (of a time-derived --once
+# key, with once_tz), remember_ms, then info field/value pairs (the start event takes the ones
+# that are not secret).
+# Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
+# dropped; evicting: the policy of a server that may evict and was allowed to, '?' when it could
+# not tell, else ''); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
+# given straight back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory,
+# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone} when the name's
+# --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
+# {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
+# back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
 # INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_LUA + """
+ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + """
 redis.replicate_commands()
+local evicts = eviction()
+local refusal = refused(evicts, ARGV[6])
+if refusal then return refusal end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
 end
+local conflict = zone_conflict(KEYS[9], ARGV[7])
+if conflict then return refused_zone(conflict) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
     redis.call('DEL', KEYS[1])
     record_count(KEYS[7], ARGV[5], 'duplicate')
     return {2}
   end
+  keep_zone(KEYS[9], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
   local now = redis.call('TIME')
   local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('SET', KEYS[3], string.format('%.0f', fence))
   redis.call('DEL', KEYS[2], KEYS[4])
-  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 6))
+  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  record_start(KEYS[6], ARGV[4], ARGV[5], fence, 6)
-  return {1, fence}
+  record_start(KEYS[6], ARGV[4], ARGV[5], fence, 9)
+  return {1, fence, evicting_policy(evicts)}
 end
 if ARGV[3] == '1' then
   record_count(KEYS[7], ARGV[5], 'busy')
@@ -142,16 +232,18 @@ end
 return 0
 """
 
-# Mark the --once key done (if given); then, if the token is still ours, either keep the
-# lock taken for the rest of --min-hold ("cooling": its TTL becomes the remainder, nobody
-# is woken) or delete it and wake one waiter (BLPOP); then record the run's end in the
-# fleet record, whether the token was still ours or not (a lost lease ended a run too).
-# KEYS: lock, info, wake, runs, last, counts, ended[, done]. ARGV: token, wake_ttl_ms,
-# hold_ms, cooling_until, remember_ms, done_value, then the record (see FLEET_LUA) from
-# ARGV[7]. Returns 1 released (or cooling), 0 not ours. A done mark does not depend on the
-# token: the command did succeed, even if its lease was lost under --on-lost continue.
+# If the token is still ours, either keep the lock taken for the rest of --min-hold ("cooling":
+# its TTL becomes the remainder, nobody is woken) or delete it and wake one waiter (BLPOP); mark
+# the --once key done (if given) and keep the name's zone as long; then record the run's end in
+# the fleet record, whether the token was still ours or not (a lost lease ended a run too).
+# KEYS: lock, info, wake, runs, last, counts, ended[, done[, once_tz]]. ARGV: token,
+# wake_ttl_ms, hold_ms, cooling_until, remember_ms, done_value, zone, then the record (see
+# FLEET_LUA) from ARGV[8]. Returns 1 released (or cooling), 0 not ours (expired, evicted,
+# stolen, cleared). A done mark does not depend on the token: the command did succeed, even if
+# its lease was lost under --on-lost continue. The lock goes first: a write that may not grow
+# memory (DEL, PEXPIRE), so that a full noeviction server, which refuses a script whose first
+# write would need memory, still lets the release mark the key done.
 RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
-mark_done(KEYS[8], ARGV[6], ARGV[5])
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   released = 1
@@ -164,7 +256,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     wake(KEYS[3], ARGV[2])
   end
 end
-record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], 7, released)
+mark_done(KEYS[8], ARGV[6], ARGV[5])
+keep_zone_for(KEYS[9], ARGV[7], ARGV[5])
+record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], 8, released)
 return released
 """
 
@@ -181,12 +275,17 @@ return 0
 # --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
 # Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
 # KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts[,
-# done]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, then info field/value pairs.
-# Returns {1, fence}; {2} for a done --once key; {-1, n} when the name is in use with
-# another N (1: as a plain lock); {0, ms until the soonest holder expires, its info}.
+# done[, once_tz]]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, allow_eviction, zone,
+# remember_ms, then info field/value pairs.
+# Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
+# another N (1: as a plain lock); {-2, ...}, {-3, zone} and {-4, kind} as the plain acquire;
+# {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + """
+SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + """
 redis.replicate_commands()
+local evicts = eviction()
+local refusal = refused(evicts, ARGV[7])
+if refusal then return refusal end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, 1}
 end
@@ -195,6 +294,8 @@ local stored = redis.call('GET', KEYS[2])
 if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
   return {-1, tonumber(stored)}
 end
+local conflict = zone_conflict(KEYS[9], ARGV[8])
+if conflict then return refused_zone(conflict) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -210,6 +311,7 @@ if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
   record_count(KEYS[7], ARGV[6], 'duplicate')
   return {2}
 end
+keep_zone(KEYS[9], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('SET', KEYS[2], n)
 local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
@@ -218,10 +320,10 @@ redis.call('PEXPIRE', KEYS[2], keep)
 local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('SET', KEYS[3], string.format('%.0f', fence))
 redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 7))
+redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
-record_start(KEYS[6], ARGV[5], ARGV[6], fence, 7)
-return {1, fence}
+record_start(KEYS[6], ARGV[5], ARGV[6], fence, 10)
+return {1, fence, evicting_policy(evicts)}
 """
 
 # Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired.
@@ -243,23 +345,30 @@ redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1
 """
 
-# Give a slot back (release, or unlock of exactly that token) and wake one waiter; record
-# the run's end in the fleet record (also when the slot was no longer ours).
-# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, ended[, done].
-# ARGV: token, wake_ttl_ms, remember_ms, done_value, then the record (see FLEET_LUA) from
-# ARGV[5]. Returns 1 if the slot was ours, 0 if not.
+# Give a slot back (release, or unlock of exactly that token) and wake one waiter; mark the
+# --once key done and keep the name's zone as long; record the run's end in the fleet record
+# (also when the slot was no longer ours).
+# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, ended[, done[, once_tz]].
+# ARGV: token, wake_ttl_ms, remember_ms, done_value, zone, then the record (see FLEET_LUA) from
+# ARGV[6]. Returns 1 if the slot was ours, 0 if not: swept by another acquire, cleared, or
+# expired (by Redis' clock) even if nobody swept it yet, as a plain lock's key would have.
+# The slot goes first, as in RELEASE_SCRIPT (ZREM may not grow memory).
 SLOTS_RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
-mark_done(KEYS[9], ARGV[4], ARGV[3])
+redis.replicate_commands()
 local released = 0
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  released = 1
+  local t = redis.call('TIME')
+  if tonumber(score) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then released = 1 end
   redis.call('DEL', KEYS[3])
   if redis.call('ZCARD', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[1], KEYS[2])
   end
   wake(KEYS[4], ARGV[2])
 end
-record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 5, released)
+mark_done(KEYS[9], ARGV[4], ARGV[3])
+keep_zone_for(KEYS[10], ARGV[5], ARGV[3])
+record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 6, released)
 return released
 """
 
@@ -313,18 +422,22 @@ def ms(seconds: float) -> int:
 
 def acquire_call(
     keys: LockKeys, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int,
-    last_try: bool, retention: FleetRetention,
+    last_try: bool, retention: FleetRetention, allow_eviction: bool = False,
 ) -> ScriptCall:
     """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1."""
     pairs: list[Arg] = [item for field in info.items() for item in field]
     done = [keys.done(once.key)] if once else []
+    zoned = [keys.once_tz] if once and once.zone else []
     kept: list[Arg] = [retention.max_events, retention.keep_ms]
+    checks: list[Arg] = [int(allow_eviction), once.zone if once and once.zone else "",
+                         ms(once.remember_s) if once else 0]
     if slots > 1:
         slot_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
-                     keys.counts, *done]
-        return ScriptCall(SLOTS_ACQUIRE_SCRIPT, slot_keys, [token, ms(ttl), slots, int(last_try), *kept, *pairs])
-    plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done]
-    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *pairs])
+                     keys.counts, *done, *zoned]
+        return ScriptCall(SLOTS_ACQUIRE_SCRIPT, slot_keys,
+                          [token, ms(ttl), slots, int(last_try), *kept, *checks, *pairs])
+    plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done, *zoned]
+    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks, *pairs])
 
 
 def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int | None) -> ScriptCall:
@@ -340,9 +453,11 @@ def release_call(
     hold_s: float = 0.0, hold_until: str = "", record: FleetRecord | None = None,
 ) -> ScriptCall:
     """RELEASE_SCRIPT, or SLOTS_RELEASE_SCRIPT for a slot: compare-and-delete, wake one waiter,
-    mark ``done``, add ``record`` to the fleet record."""
+    mark ``done`` (and keep its zone as long), add ``record`` to the fleet record."""
     done_key = [keys.done(done.key)] if done else []
-    done_args: list[Arg] = [ms(done.remember_s), utc_now_iso()] if done else [0, ""]
+    if done and done.zone:
+        done_key.append(keys.once_tz)
+    done_args: list[Arg] = [ms(done.remember_s), utc_now_iso(), done.zone or ""] if done else [0, "", ""]
     fleet_keys, fleet_args = _record_args(keys, record, retention)
     if slotted:
         script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys, *done_key]
@@ -357,11 +472,16 @@ def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRet
     run_id = record.row.get("run_id") if record else None
     fleet_keys = [keys.runs, keys.last, keys.counts, keys.ended(run_id or "-")]
     if record is None or not run_id:
-        return fleet_keys, [0, 0, "", "", "", 0, "", ""]
+        return fleet_keys, [0, 0, "", "", "", 0, "", "", "", "", "", ""]
+    head, tail = row_json_parts(record.row)
+    lost_head, lost_tail = row_json_parts(record.if_lost) if record.if_lost is not None else (head, "")
+    if lost_head != head:  # the two rows may differ only where the release decides
+        lost_tail = ""
+    lost_note = (record.if_lost or {}).get("note") or ""
     args: list[Arg] = [
         retention.max_events, retention.keep_ms, record.row["status"], tail_for_fleet(record.output_tail),
-        record.row.get("ended_at") or "", int(record.at_once), run_id, row_json(record.row),
-        *fields_from_row(record.row),
+        record.row.get("ended_at") or "", int(record.at_once), run_id, head, tail, lost_tail,
+        record.row.get("note") or "", lost_note, *fields_from_row(record.row, leave_out=RELEASE_DECIDES),
     ]
     return fleet_keys, args
 
