@@ -5,7 +5,8 @@ failing schedule can be replayed. Keep the working directory with ``--keep`` to
 read the command logs, the ledger and the MONITOR-based evidence afterwards.
 ``--failover`` runs the failover soak instead (tests/soak/failover.py): --replicas
 0, 1, 2 and all against a master, two replicas and three Sentinels; it ends with a
-table of the overlaps each --replicas group had, seed by seed.
+table of the overlaps each --replicas group had, seed by seed. ``--eviction`` runs the eviction
+soak (tests/soak/eviction.py): the server made an evicting cache mid-hold, then filled.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.soak.eviction import run_eviction_soak
 from tests.soak.failover import GROUPS, run_failover_soak
 from tests.soak.harness import INVARIANTS, run_soak
 
@@ -34,6 +36,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--failover", action="store_true",
                         help="the failover soak: Sentinel, two replicas, --replicas 0 / 1 / 2 / all")
+    parser.add_argument("--eviction", action="store_true",
+                        help="the eviction soak: an LRU (or other evicting) server filled mid-hold")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     failed = 0
@@ -44,13 +48,16 @@ def main() -> int:
             soak, problems = run_failover_soak(seed + offset, args.duration, workdir,
                                                contenders=args.contenders or 9)
             table.append((seed + offset, len(soak.failovers), soak, bool(problems)))
+        elif args.eviction:
+            soak, problems = run_eviction_soak(seed + offset, args.duration, workdir,
+                                               contenders=args.contenders or 6, names=args.names)
         else:
             soak, problems = run_soak(seed + offset, args.duration, workdir, contenders=args.contenders or 6,
                                       names=args.names)
         print(soak.summary(), flush=True)
         if problems:
             failed += 1
-            replay = " --failover" if args.failover else ""
+            replay = " --failover" if args.failover else " --eviction" if args.eviction else ""
             print(f"FAILED seed {seed + offset} (replay: python -m tests.soak{replay} --seed {seed + offset} "
                   f"--duration {args.duration:g}); evidence kept in {workdir}", flush=True)
             print("\n".join(problems[:50]))
