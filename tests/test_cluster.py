@@ -169,3 +169,31 @@ def test_replicas_wait_on_each_names_own_master(cluster_env, cluster, tmp_path):
         assert other.returncode == 0
     finally:
         cluster.procs[paused_replica].send_signal(signal.SIGCONT)
+
+
+def test_each_master_checks_its_own_eviction_policy(cluster_env, cluster):
+    """README "A Redis that evicts keys": the acquire script runs on the name's own master and reads
+    that master's INFO memory; status asks every master."""
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster[0])
+    try:
+        owner = {}  # master port -> a name it owns
+        for i in range(64):
+            name = f"ev-{i}"
+            primary = client.nodes_manager.slots_cache[client.keyslot(f"lockrun:{{{name}}}:lock")][0]
+            owner.setdefault(primary.port, name)
+    finally:
+        client.close()
+    (evicting_port, evicting_name), (_, calm_name), _ = owner.items()
+    tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory", "100mb")
+    tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    try:
+        refused = run_lockrun(cluster_env, "-n", evicting_name, "--", "true")
+        assert refused.returncode == 69 and "maxmemory-policy allkeys-lru" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+        assert run_lockrun(cluster_env, "-n", calm_name, "--", "true").returncode == 0
+        status = run_lockrun(cluster_env, "status")
+        warnings = [line for line in status.stderr.splitlines() if "maxmemory-policy" in line]
+        assert status.returncode == 0 and len(warnings) == 1 and f":{evicting_port}" in warnings[0], status.stderr
+    finally:
+        tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+        tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory", "0")
