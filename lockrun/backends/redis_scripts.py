@@ -128,6 +128,13 @@ end
 # or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
 # to live. No key (a run whose --once key does not depend on the time): nothing to check.
 ACQUIRE_CHECKS_LUA = """
+local function info_field(info, name, pattern)
+  -- a plain find, then a match anchored there: an unanchored pattern over the whole reply
+  -- would cost the script as much again as INFO itself (bench/eviction_check.py)
+  local at = string.find(info, '\\n' .. name .. ':', 1, true)
+  if not at then return nil end
+  return string.match(info, pattern, at + #name + 2)
+end
 local function eviction()
   local info = redis.pcall('INFO', 'memory')
   if type(info) ~= 'string' then
@@ -135,8 +142,8 @@ local function eviction()
     if type(info) == 'table' and info.err then why = info.err end
     return {'', 0, why}
   end
-  local limit = tonumber(string.match(info, '\\nmaxmemory:(%d+)') or '')
-  local policy = string.match(info, '\\nmaxmemory_policy:([%w%-]+)')
+  local limit = tonumber(info_field(info, 'maxmemory', '^(%d+)') or '')
+  local policy = info_field(info, 'maxmemory_policy', '^([%w%-]+)')
   if not limit or not policy then return {'', 0, 'INFO memory names no maxmemory_policy'} end
   if limit == 0 or policy == 'noeviction' then return nil end
   return {policy, limit, ''}
