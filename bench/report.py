@@ -86,6 +86,8 @@ def main(folder: str, command: str) -> None:
         rows.append(("Redis round trips of an uncontended `--replicas 1` run",
                      f"{trips['requests']} ({', '.join(trips['commands'])}: WAIT pipelined behind the acquire)",
                      "2", verdict(two)))
+    if (d / "eviction.json").exists():
+        rows.append(eviction_row(load(d, "eviction")))
     print("# lockrun benchmark results\n")
     print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). "
           f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
@@ -124,3 +126,17 @@ if __name__ == "__main__":
                         help="the command that made them, quoted in the text [default: bench/run]")
     args = parser.parse_args()
     main(args.folder, args.command)
+
+
+def eviction_row(ev: dict) -> tuple[str, str, str, str]:
+    """The acquire script's own INFO memory (README "A Redis that evicts keys"), bench/eviction_check.py."""
+    shipped, unchecked = ev["idle"]["shipped"], ev["idle"]["unchecked"]
+    crowded = ev["500 clients"]["shipped"]
+    grown = shipped["eval_usec_per_call"] / unchecked["eval_usec_per_call"] - 1
+    return (
+        "the acquire script's eviction check (`INFO memory` inside it): server time per acquire, round trip",
+        f"INFO memory {shipped['info_usec_per_call']:.1f} µs per call ({crowded['info_usec_per_call']:.1f} with 500"
+        f" idle clients); the acquire's EVAL {shipped['eval_usec_per_call']:.0f} µs vs"
+        f" {unchecked['eval_usec_per_call']:.0f} µs without the check ({grown:+.0%}); round trip median"
+        f" {shipped['rtt_median_us']:.0f} µs vs {unchecked['rtt_median_us']:.0f} µs",
+        "measured (no target)", "-")
