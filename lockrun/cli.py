@@ -216,10 +216,10 @@ def cli() -> None:
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
-              help="Idempotency key, expanded with strftime (report-%Y-%m-%d): skip (exit 0) if it already succeeded. "
-                   "In a crontab, write % as \\%.")
+              help="Idempotency key, expanded with strftime in --tz (report-%Y-%m-%d): skip (exit 0) if it already "
+                   "succeeded. In a crontab, write % as \\%.")
 @click.option("--once-per", type=click.Choice(list(settings.ONCE_PERIODS)), metavar="hour|day|week|month",
-              help="Run at most once per hour, day, ISO week or month (local time): --once with the period's start "
+              help="Run at most once per hour, day, ISO week or month (in --tz): --once with the period's start "
                    "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
                    "Not with --once.")
 @click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
@@ -455,7 +455,8 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
 
     A holder is a zombie when its process is gone from this host, or its
     heartbeat has missed two renewals. A lock whose record lockrun did not
-    write is malformed, with the reason. Exits 69 when the backend is
+    write is malformed, with the reason. A Redis that may evict keys
+    (maxmemory-policy) is named in a warning line. Exits 69 when the backend is
     unreachable, after printing what the ledger knows. When this host's recent
     runs used another backend than this shell, one line on stderr says how
     they were configured (status, history and unlock alike).
@@ -862,9 +863,11 @@ def metrics(ctx: click.Context, fleet: bool) -> NoReturn:
 
     Per lock name: lockrun_last_run_timestamp_seconds,
     lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,
-    lockrun_last_exit_code, lockrun_last_exit_status (as cron saw it) and
-    lockrun_runs_total{status=...}. With --fleet the counts include busy and
-    duplicate skips of every host; exits 69 when Redis is unreachable.
+    lockrun_last_exit_code, lockrun_last_exit_status (as cron saw it),
+    lockrun_runs_total{status=...} and lockrun_lock_lost_at_release_total
+    (runs whose release found the lock no longer theirs). With --fleet the
+    counts include busy and duplicate skips of every host; exits 69 when Redis
+    is unreachable.
     """
     from lockrun import metrics as exposition
 

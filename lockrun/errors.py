@@ -30,10 +30,11 @@ class ExitCode(IntEnum):
 EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("the command's own", "the command exited", "yes"),
     ("128+N", "the command was killed by signal N", "yes"),
-    ("2", "usage error: bad flag, value, name or missing command", "no"),
+    ("2", "usage error: bad flag, value, name or missing command; a name used elsewhere with another --slots N or"
+          " --once time zone", "no"),
     ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
            " local backend: the state directory cannot be used), or holds data for this lock that lockrun did not"
-           " write", "no"),
+           " write, or is a Redis that may evict keys (maxmemory-policy) or is out of memory", "no"),
     ("75", "lock busy (changeable with -E)", "no"),
     ("76", "the lease was lost (--on-lost terminate) or another run replaced it (--replace), and the command"
            " was terminated", "stopped"),

@@ -64,6 +64,9 @@ ENVIRONMENT = [
                           "else $XDG_STATE_HOME/lockrun, i.e. ~/.local/state/lockrun)."),
     ("LOCKRUN_CONFIG", "TOML config file to use instead of the default locations."),
     ("LOCKRUN_TTL", "Default lease length in seconds."),
+    ("LOCKRUN_TZ", "The IANA time zone of --once-per periods and --once % keys (as --tz; config: timezone); "
+                   "default the host's local zone, named from TZ or /etc/localtime. One zone per lock name."),
+    ("TZ", "Names the host's local zone when LOCKRUN_TZ, --tz and timezone are not given."),
     ("NO_COLOR", "Disables colour in the status and history tables and the timeline (which then draws letters)."),
     ("FORCE_COLOR", "Colour even when standard output is not a terminal."),
     ("COLUMNS", "Width of the timeline when standard output is not a terminal (default 100)."),
@@ -74,14 +77,16 @@ ENVIRONMENT = [
 FILES = [
     ("/etc/lockrun.toml", "System-wide config file: redis_url, redis_ca, redis_password_file, socket_timeout, "
                           "connect_timeout, prefix, ledger, state_dir, ttl, min_hold, replicas, notify_urls, "
-                          "ledger_keep_days, metrics_file, fleet_keep_runs, fleet_keep_days. Must be owned by root or "
+                          "ledger_keep_days, metrics_file, fleet_keep_runs, fleet_keep_days, allow_eviction, "
+                          "timezone. Must be owned by root or "
                           "you and writable by nobody else. Used if it exists."),
     ("~/.config/lockrun/config.toml", "Per-user config file, used when /etc/lockrun.toml does not exist."),
     ("$LOCKRUN_STATE_DIR/", "Must be owned by you or root and writable by nobody else; created 0700. lockrun "
                             "follows no link in it."),
     ("$LOCKRUN_STATE_DIR/ledger.db", "The SQLite run ledger (WAL mode), created 0600."),
     ("$LOCKRUN_STATE_DIR/locks/", "Local-backend lock files (POSIX record locks) and holder descriptions."),
-    ("$LOCKRUN_STATE_DIR/once/", "Local-backend --once keys that succeeded."),
+    ("$LOCKRUN_STATE_DIR/once/", "Local-backend --once keys that succeeded, and each name's --once time zone "
+                                 "(once/NAME/~zone)."),
 ]
 
 # Crontab lines are the README's, verbatim (tests/test_docs.py checks it), so the real-cron test
