@@ -174,6 +174,9 @@ class Run:
 
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
         opts = self.options
+        if opts.once_zone is not None:
+            self.report("info", f"--once key {opts.once_key!r} computed in {opts.once_zone.name}"
+                                f" ({opts.once_zone.source})")
         lease_client = LeaseClient(
             backend, opts.name, opts.ttl, run_id=self.run_id, argv=opts.argv, report=self.report, slots=opts.slots,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,

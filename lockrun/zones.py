@@ -180,7 +180,7 @@ def local_zone() -> Zone:
         if os.path.realpath(spec) != os.path.realpath(LOCALTIME):
             name = _relative_to_a_root(spec)
             if name is None or _load(name) is None:
-                raise _cannot_name(f"TZ={tz[:80]!r} is not a file of the zone directory")
+                raise _cannot_name(f"TZ={tz[:80]!r} is no IANA zone file of the zone directory")
             return parse_zone(name, "TZ", f"{source}, TZ={tz}")
     if not os.path.lexists(LOCALTIME):
         return Zone(UTC, _utc(), f"{source}, no {LOCALTIME}")
