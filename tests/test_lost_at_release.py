@@ -126,3 +126,28 @@ def test_a_quiet_run_keeps_quiet(env, redis_server, tmp_path):
     code, _, err = hold_and_steal(env, tmp_path, lambda: client.delete("lockrun:{q}:lock"), "-q", "-n", "q")
     assert (code, err) == (0, "")  # -q: only errors; the row and the metrics still say it
     assert history(env, "q")[0]["lock_lost_at_release"] is True
+
+
+def test_a_version_6_ledger_gains_the_field_as_null(tmp_path, env):
+    """Migration 7 adds lock_lost_at_release (NULL for old rows) and the flag counts."""
+    import sqlite3
+
+    from lockrun.ledger_file import MIGRATIONS
+
+    path = tmp_path / "v6.db"
+    db = sqlite3.connect(path)
+    for version in range(1, 7):
+        for statement in MIGRATIONS[version]:
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 6")
+    db.execute("INSERT INTO runs (run_id, name, status, host, pid, command, backend, started_at, ended_at,"
+               " duration_s) VALUES ('old', 'v', 'succeeded', 'h', 1, '[]', 'redis', '2026-01-01T00:00:00.000000Z',"
+               " '2026-01-01T00:00:01.000000Z', 1.0)")
+    db.commit()
+    db.close()
+    env["LOCKRUN_LEDGER"] = str(path)
+    assert run_lockrun(env, "-n", "v", "--", "true").returncode == 0
+    new, old = history(env, "v")
+    assert (old["run_id"], old["lock_lost_at_release"], new["lock_lost_at_release"]) == ("old", None, False)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] >= 7
+    assert metric(env, "v").endswith(" 0")
