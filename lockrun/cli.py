@@ -173,10 +173,17 @@ def global_options(fn: F) -> F:
 def _settings(ctx: click.Context, ttl: float | None = None) -> settings.Settings:
     """Flag/environment values of the global options > config file > defaults."""
     given = ctx.meta.get("lockrun.globals", {})
-    return settings.resolve(
+    resolved = settings.resolve(
         config=given.get("config"), redis_url=given.get("redis_url"), redis_ca=given.get("redis_ca"),
         prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl, redis_url_from=given.get("redis_url_from"),
     )
+    if ctx.command.name != "run" and not ctx.resilient_parsing:  # readers, not runs, nor shell completion
+        from lockrun.state_home import legacy_note
+
+        note = legacy_note(resolved.state_dir)  # history kept where an older lockrun put it: not lost, say where
+        if note:
+            _say(note)
+    return resolved
 
 
 @click.group(cls=LockrunGroup, context_settings=CONTEXT)
@@ -289,6 +296,8 @@ def run(
     if once_per is not None:
         once_key = settings.once_key_for_period(once_per)
     replicas = _replicas_for(resolved, replicas)
+    if not resolved.redis_url:
+        _refuse_a_lock_held_in_the_old_place(resolved, name or settings.default_name(argv), slots)
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -337,6 +346,21 @@ def run(
         backend_from=resolved.backend_from,
     ).execute()
     ctx.exit(outcome.exit_code)
+
+
+def _refuse_a_lock_held_in_the_old_place(resolved: settings.Settings, name: str, slots: int) -> None:
+    """An older lockrun, started from a shell that set XDG_STATE_HOME, keeps its local locks under
+    it: while one of those holds this name, a run here would be the job's second copy."""
+    from lockrun.errors import BackendUnavailable
+    from lockrun.state_home import legacy_holder
+
+    held = legacy_holder(resolved.state_dir, name, slots)
+    if held:
+        raise BackendUnavailable(
+            f"{name!r} is held through {held}, where a lockrun that followed $XDG_STATE_HOME (an older version)"
+            f" keeps its locks; not running it a second time (this lockrun keeps them in {resolved.state_dir},"
+            " for cron and shells alike)"
+        )
 
 
 def _replicas_for(resolved: settings.Settings, flag: int | str | None) -> int | str:

@@ -493,11 +493,11 @@ class Settings(NamedTuple):
 
 
 def default_state_dir() -> Path:
-    if os.geteuid() == 0:
-        return Path("/var/lib/lockrun")
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "lockrun"
+    """``/var/lib/lockrun`` for root, else ``~/.local/state/lockrun`` of the user's passwd entry: never
+    ``$XDG_STATE_HOME`` or ``$HOME``, which cron does not set as a login shell does (state_home.py)."""
+    from lockrun.state_home import default_state_dir as from_passwd
+
+    return from_passwd()
 
 
 def resolve(
