@@ -16,7 +16,7 @@ import click
 from lockrun import __version__, settings
 from lockrun.backends.redis_url import validate_redis_url
 from lockrun.clock import iso_ago
-from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
+from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError, UsageError
 from lockrun.printable import printable
 from lockrun.record import Status
 
@@ -100,6 +100,19 @@ NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
 ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
 
 
+def output_file(dash: bool = False) -> Validated:
+    """A file lockrun writes: a device, FIFO or socket there (or a link to one) is a usage error
+    now, not a warning after the run; the device stays as it is (``-``: standard output)."""
+
+    def check(value: str, what: str) -> str:
+        problem = None if dash and value == "-" else settings.output_path_problem(value, "", directories=False)
+        if problem:
+            raise UsageError(problem)
+        return value
+
+    return Validated("PATH", check, echo_value=False)
+
+
 # --- the group and its bare form -------------------------------------------------------------
 
 
@@ -131,6 +144,10 @@ class LockrunGroup(click.Group):
 
 def _remember_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     name = param.name or param.opts[0]  # every global option has a name: --redis-url is redis_url
+    if name == "ledger" and value is not None:  # --ledger or LOCKRUN_LEDGER: a device there is refused now
+        problem = settings.output_path_problem(value, "", directories=True)
+        if problem:
+            raise click.BadParameter(problem, ctx=ctx, param=param)
     given = ctx.meta.setdefault("lockrun.globals", {})
     given[name] = value
     if value is not None:  # where it came from, for the hint that compares shells and runs
@@ -244,8 +261,9 @@ def cli() -> None:
                    "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "
                    "does not run; a renewal counts only when acknowledged. N: 0 to 100 [default: 0; config: "
                    "replicas].")
-@click.option("--metrics-file", metavar="PATH",
-              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
+@click.option("--metrics-file", metavar="PATH", type=output_file(),
+              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run; only a "
+                   "regular file is replaced (a device, FIFO or socket there: exit 2).")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
               help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
 @click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(settings.DEFAULT_NOTIFY_ON),
@@ -665,8 +683,9 @@ def history(
 @click.option("--by-host", is_flag=True, help="One row per name and host (with --fleet: which host did the work).")
 @click.option("--width", type=click.IntRange(*settings.TIMELINE_WIDTHS), metavar="N",
               help="Characters per line [default: the terminal's, else $COLUMNS, else 100].")
-@click.option("--svg", "svg_path", metavar="FILE",
-              help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it.")
+@click.option("--svg", "svg_path", metavar="FILE", type=output_file(dash=True),
+              help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it; only "
+                   "a regular file is replaced (a device, FIFO or socket there: exit 2).")
 @global_options
 @click.pass_context
 def timeline(

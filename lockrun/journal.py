@@ -181,5 +181,6 @@ class RunJournal:
 
         try:
             metrics.write_file(path, metrics.exposition(metrics.ledger_facts(ledger)))
-        except (OSError, LedgerError) as exc:
-            self.report("warn", f"cannot write the metrics file {path} ({exc})")
+        except (OSError, LedgerError) as exc:  # a device there (NotRegularFile) too: it is left alone
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self.report("warn", f"cannot write the metrics file {path} ({reason})")

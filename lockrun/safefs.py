@@ -39,6 +39,18 @@ class UnsafePath(Exception):
     """A path lockrun will not use: one line saying what is wrong and how to fix it."""
 
 
+class NotRegularFile(UnsafePath, OSError):
+    """What lies at a path lockrun would replace is not a regular file (a device, a FIFO, a
+    socket, a directory, a link): it is left alone. An OSError as well, so that every writer's
+    ``except OSError`` reports it as the one line it is; its text is the whole message."""
+
+    def __init__(self, message: str) -> None:
+        OSError.__init__(self, errno.EEXIST, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def trusted_owner(uid: int) -> bool:
     """The user lockrun runs as, or root: nobody else may own what lockrun trusts."""
     return uid in (0, os.geteuid())
@@ -276,14 +288,61 @@ def read_small(path: Path | str, limit: int = 1 << 20) -> bytes | None:
         os.close(fd)
 
 
-def write_atomically(path: Path | str, data: bytes, durable: bool = False, mode: int = 0o600) -> None:
+def not_replaceable(path: Path | str) -> str | None:
+    """Why lockrun must not replace what lies at ``path`` (``"a FIFO"``), or None when it may:
+    nothing is there, or a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror or exc})"
+    return None if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+
+
+def special_file(path: Path | str, directories: bool = True) -> str | None:
+    """What a path someone names for lockrun's output holds when no file may ever be written there,
+    checked where it is parsed: a device, a FIFO or a socket, or a link to one (``/dev/stdout``),
+    and with ``directories`` a directory. None for nothing, a regular file, or anything else (a
+    link to a file is refused when it would be replaced: see :func:`write_atomically`)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # nothing there yet, or unreadable: said when it is written
+    via_link = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st, via_link = os.stat(path), "a symbolic link to "
+        except OSError:
+            return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or (stat.S_ISDIR(st.st_mode) and not directories):
+        return None
+    return via_link + _kind(st.st_mode)
+
+
+def _refuse_unless_replaceable(path: Path, in_state_dir: bool) -> None:
+    kind = None if in_state_dir else not_replaceable(path)
+    if kind is not None:
+        hint = " (name the file it points to)" if kind == "a symbolic link" else ""
+        raise NotRegularFile(f"{path} is {kind}, not a regular file; lockrun replaces only regular files"
+                             f" and left it alone{hint}")
+
+
+def write_atomically(
+    path: Path | str, data: bytes, durable: bool = False, mode: int = 0o600, in_state_dir: bool = False
+) -> None:
     """Replace ``path`` with ``data`` in one rename; readers never see half a file.
 
-    The temporary file is created afresh (``O_EXCL``, never through a link) and removed
-    again on any failure, so nothing is left behind; the rename replaces a link at
-    ``path`` itself rather than writing through it.
+    Only a regular file is replaced: a device, FIFO, socket, directory or link at ``path``
+    raises NotRegularFile and stays as it was, so that ``--metrics-file /dev/null`` run as root
+    never turns the device into a file. ``in_state_dir``: ``path`` is one of lockrun's own files
+    in its private state directory, where whatever was planted (a link, a FIFO) is replaced by
+    the rename, never opened. The temporary file is created afresh (``O_EXCL``, never through a
+    link) and removed again on any failure, so nothing is left behind; a link is never written
+    through.
     """
     path = Path(path)
+    _refuse_unless_replaceable(path, in_state_dir)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a leftover of a crashed process that had our pid
@@ -299,6 +358,7 @@ def write_atomically(path: Path | str, data: bytes, durable: bool = False, mode:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        _refuse_unless_replaceable(path, in_state_dir)  # again: the write took time, the rename is not blind
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
