@@ -42,10 +42,15 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 
 
 def _say(message: str) -> None:
-    if sys.stderr is None:  # started with stderr closed: nobody to tell
+    if sys.stderr is None:  # started with stderr closed, or it failed: nobody to tell
         return
-    sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        # stderr is full or gone: nobody to tell. Dropped, so that Python's flush at exit does not
+        # fail on it again and turn lockrun's exit status into 120.
+        sys.stderr = None
 
 
 # --- parameter types: each wraps one validator from settings ----------------------------
@@ -904,27 +909,35 @@ def _one_line(exc: click.ClickException) -> str:
     return f"{message} (see '{hint}')"
 
 
-def _reserve_standard_streams() -> None:
+def _reserve_standard_streams() -> set[int]:
     """Put /dev/null, close-on-exec, on any of fd 0-2 lockrun was started without, before anything
     opens a file: none of lockrun's own files (a lock, the ledger, a pipe) can then land there and
     take the command's output (SQLite would plant a /dev/null of its own there, inherited), and
-    the command still finds those streams closed, as it would without lockrun."""
+    the command still finds those streams closed, as it would without lockrun. Returns them."""
     import os
 
+    closed = set()
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
+            closed.add(fd)
             opened = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free descriptor: fd
             if opened != fd:
                 os.close(opened)
+    return closed
 
 
 def main(argv: list[str] | None = None) -> None:
-    _reserve_standard_streams()
+    from lockrun import own_output
+
+    closed = _reserve_standard_streams()
+    own_output.guard(closed_at_start=1 in closed)  # lockrun's own output failing: one line, exit 1
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
+    except own_output.OutputFailed as exc:
+        code = own_output.failed(exc, 0, _say)
     except click.UsageError as exc:
         _say(_one_line(exc))
         code = ExitCode.USAGE
@@ -939,9 +952,7 @@ def main(argv: list[str] | None = None) -> None:
     except LedgerError as exc:  # only commands whose whole job is the ledger let this through
         _say(str(exc))
         code = 1
-    except BrokenPipeError:
-        code = 0
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
         _say(f"internal error: {exc!r}")
         code = ExitCode.INTERNAL
-    sys.exit(int(code or 0))
+    sys.exit(own_output.finish(int(code or 0), _say))

@@ -252,11 +252,14 @@ class Run:
             self.journal.command_ended()
             if keeper is not None:
                 keeper.stop()
-        return command_outcome(
+        outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
             kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
             output_tail=supervisor.tail.text() if supervisor.tail else None,
         )
+        if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
+            outcome = outcome.noted("; ".join(supervisor.tail.lost))
+        return outcome
 
     def _deliver(self, outcome: Outcome) -> Outcome:
         """Final ping and webhooks; a failed delivery is a warning and a note on the row."""
