@@ -35,6 +35,7 @@ from lockrun.journal import RunJournal
 from lockrun.keeper import Keeper, backstop_for
 from lockrun.lease_client import LeaseClient
 from lockrun.ledger import RunRecord
+from lockrun.os_text import escaped_all
 from lockrun.outcome import Outcome, busy_message, command_outcome
 from lockrun.record import Status
 from lockrun.supervisor import Supervisor, check_runnable
@@ -112,6 +113,13 @@ class Run:
     def execute(self) -> Outcome:
         self.journal.open()
         try:
+            return self._execute()
+        except BaseException as exc:
+            self.journal.finish_after_failure(exc)  # never a row left "running" by a lockrun that exits
+            raise
+
+    def _execute(self) -> Outcome:
+        try:
             check_runnable(self.options.argv)
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
@@ -157,7 +165,8 @@ class Run:
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
         opts = self.options
         lease_client = LeaseClient(
-            backend, opts.name, opts.ttl, run_id=self.run_id, argv=opts.argv, report=self.report, slots=opts.slots,
+            backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
+            slots=opts.slots,
             once=OnceKey(opts.once_key, opts.remember) if opts.once_key else None,
         )
         got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,

@@ -497,8 +497,10 @@ class Settings(NamedTuple):
 
     @property
     def backend_where(self) -> str:
-        """The Redis URL without credentials, or the local state directory."""
-        return url_without_credentials(self.redis_url) if self.redis_url else str(self.state_dir)
+        """The Redis URL without credentials, or the local state directory (as the ledger records it)."""
+        from lockrun.os_text import escaped  # a path need not be UTF-8: the ledger keeps it escaped
+
+        return url_without_credentials(self.redis_url) if self.redis_url else escaped(str(self.state_dir))
 
     @property
     def backend_from(self) -> str:
