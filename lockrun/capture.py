@@ -6,11 +6,21 @@ own descriptors and keeps the last bytes for the ledger, webhooks and pings. Wha
 command would have seen without lockrun is kept: a stream lockrun was started without
 stays closed, two that are one destination stay one pipe (their order is exact), and a
 destination that is gone makes the command's next write fail with EPIPE.
+
+A destination that fails otherwise (a full disk, ``>/dev/full``; a descriptor opened
+read-only, EBADF) is treated the same way, since the command cannot be handed that error
+itself: its pipe is closed, so its next write there fails with EPIPE (SIGPIPE, exit 141,
+unless it handles that), much as the write would have failed without lockrun. Unlike a
+reader that went away, that is worth saying: one line on lockrun's stderr (when stderr is
+not the stream that failed) and a note on the run's ledger row, so output is never dropped
+silently.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import fcntl
 import os
 import select
@@ -30,6 +40,8 @@ class OutputTail:
         self._chunks: collections.deque[bytes] = collections.deque()
         self._length = 0
         self._lock = threading.Lock()
+        #: Streams the command's output could not be passed on to, and why (for the row's note).
+        self.lost: list[str] = []
 
     def feed(self, data: bytes) -> None:
         with self._lock:
@@ -98,6 +110,11 @@ def output_pipes() -> tuple[list[tuple[int, int]], tuple[int | None, int | None]
     return routes, (ends[0], ends[1])
 
 
+def output_is_shared(routes: dict[int, int]) -> bool:
+    """Whether the command got one pipe for stdout and stderr (see :func:`output_pipes`)."""
+    return len(routes) == 1 and inherited(1) and inherited(2) and same_destination(1, 2)
+
+
 def _write_through(fd: int, data: bytes) -> None:
     """Write everything, waiting (not spinning) when ``fd`` is non-blocking and full; raises
     OSError when the destination is gone."""
@@ -146,14 +163,28 @@ class Pump:
                         try:
                             _write_through(target, chunk)
                             continue
-                        except OSError:
-                            pass  # our own output is gone: let the command find out
+                        except OSError as exc:
+                            if exc.errno != errno.EPIPE:  # a reader that went away is no news
+                                self._say_lost(target, exc)
+                            # our own output is gone: let the command find out, as on a closed pipe
                     poller.unregister(source)
                     del open_sources[source]
                     os.close(source)
         finally:
             for source in open_sources:
                 os.close(source)
+
+    def _say_lost(self, target: int, exc: OSError) -> None:
+        """Once per stream (its pipe closes now): the note, and one line on stderr if it works."""
+        shared = output_is_shared(self.routes)
+        stream = "standard output and error" if shared else ("standard output" if target == 1 else "standard error")
+        problem = f"the command's {stream} could not be written ({exc.strerror or exc})"
+        self.tail.lost.append(problem)
+        if target == 2 or shared or not inherited(2):
+            return  # stderr is what failed, or lockrun has none
+        line = f"lockrun: {problem}; its further writes there fail as on a closed pipe\n"
+        with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
+            _write_through(2, line.encode("utf-8", "backslashreplace"))
 
     def drain(self) -> None:
         """Wait for what the command wrote last (at most PUMP_DRAIN_S)."""

@@ -16,7 +16,7 @@ import click
 from lockrun import __version__, settings, zones
 from lockrun.backends.redis_url import validate_redis_url
 from lockrun.clock import iso_ago
-from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError
+from lockrun.errors import ConfigError, ExitCode, LedgerError, LockrunError, UsageError
 from lockrun.printable import printable
 from lockrun.record import Status
 
@@ -43,10 +43,15 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 
 
 def _say(message: str) -> None:
-    if sys.stderr is None:  # started with stderr closed: nobody to tell
+    if sys.stderr is None:  # started with stderr closed, or it failed: nobody to tell
         return
-    sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        # stderr is full or gone: nobody to tell. Dropped, so that Python's flush at exit does not
+        # fail on it again and turn lockrun's exit status into 120.
+        sys.stderr = None
 
 
 # --- parameter types: each wraps one validator from settings ----------------------------
@@ -102,6 +107,19 @@ ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
 ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
 
 
+def output_file(dash: bool = False) -> Validated:
+    """A file lockrun writes: a device, FIFO or socket there (or a link to one) is a usage error
+    now, not a warning after the run; the device stays as it is (``-``: standard output)."""
+
+    def check(value: str, what: str) -> str:
+        problem = None if dash and value == "-" else settings.output_path_problem(value, "", directories=False)
+        if problem:
+            raise UsageError(problem)
+        return value
+
+    return Validated("PATH", check, echo_value=False)
+
+
 # --- the group and its bare form -------------------------------------------------------------
 
 
@@ -133,6 +151,10 @@ class LockrunGroup(click.Group):
 
 def _remember_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     name = param.name or param.opts[0]  # every global option has a name: --redis-url is redis_url
+    if name == "ledger" and value is not None:  # --ledger or LOCKRUN_LEDGER: a device there is refused now
+        problem = settings.output_path_problem(value, "", directories=True)
+        if problem:
+            raise click.BadParameter(problem, ctx=ctx, param=param)
     given = ctx.meta.setdefault("lockrun.globals", {})
     given[name] = value
     if value is not None:  # where it came from, for the hint that compares shells and runs
@@ -175,10 +197,17 @@ def global_options(fn: F) -> F:
 def _settings(ctx: click.Context, ttl: float | None = None) -> settings.Settings:
     """Flag/environment values of the global options > config file > defaults."""
     given = ctx.meta.get("lockrun.globals", {})
-    return settings.resolve(
+    resolved = settings.resolve(
         config=given.get("config"), redis_url=given.get("redis_url"), redis_ca=given.get("redis_ca"),
         prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl, redis_url_from=given.get("redis_url_from"),
     )
+    if ctx.command.name != "run" and not ctx.resilient_parsing:  # readers, not runs, nor shell completion
+        from lockrun.state_home import legacy_note
+
+        note = legacy_note(resolved.state_dir)  # history kept where an older lockrun put it: not lost, say where
+        if note:
+            _say(note)
+    return resolved
 
 
 @click.group(cls=LockrunGroup, context_settings=CONTEXT)
@@ -239,8 +268,9 @@ def cli() -> None:
                    "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "
                    "does not run; a renewal counts only when acknowledged. N: 0 to 100 [default: 0; config: "
                    "replicas].")
-@click.option("--metrics-file", metavar="PATH",
-              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run.")
+@click.option("--metrics-file", metavar="PATH", type=output_file(),
+              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run; only a "
+                   "regular file is replaced (a device, FIFO or socket there: exit 2).")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
               help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
 @click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(settings.DEFAULT_NOTIFY_ON),
@@ -301,6 +331,8 @@ def run(
     if once_per is not None:
         once_key = settings.once_key_for_period(once_per, zone=zone)
     replicas = _replicas_for(resolved, replicas)
+    if not resolved.redis_url:
+        _refuse_a_lock_held_in_the_old_place(resolved, name or settings.default_name(argv), slots)
     options = RunOptions(
         argv=argv,
         name=name or settings.default_name(argv),
@@ -362,6 +394,21 @@ def _once_zone(ctx: click.Context, resolved: settings.Settings, flag: Zone | Non
     if resolved.timezone:
         return zones.parse_zone(resolved.timezone, "timezone", f"timezone in {resolved.config_path}")
     return zones.local_zone()
+
+
+def _refuse_a_lock_held_in_the_old_place(resolved: settings.Settings, name: str, slots: int) -> None:
+    """An older lockrun, started from a shell that set XDG_STATE_HOME, keeps its local locks under
+    it: while one of those holds this name, a run here would be the job's second copy."""
+    from lockrun.errors import BackendUnavailable
+    from lockrun.state_home import legacy_holder
+
+    held = legacy_holder(resolved.state_dir, name, slots)
+    if held:
+        raise BackendUnavailable(
+            f"{name!r} is held through {held}, where a lockrun that followed $XDG_STATE_HOME (an older version)"
+            f" keeps its locks; not running it a second time (this lockrun keeps them in {resolved.state_dir},"
+            " for cron and shells alike)"
+        )
 
 
 def _replicas_for(resolved: settings.Settings, flag: int | str | None) -> int | str:
@@ -686,8 +733,9 @@ def history(
 @click.option("--by-host", is_flag=True, help="One row per name and host (with --fleet: which host did the work).")
 @click.option("--width", type=click.IntRange(*settings.TIMELINE_WIDTHS), metavar="N",
               help="Characters per line [default: the terminal's, else $COLUMNS, else 100].")
-@click.option("--svg", "svg_path", metavar="FILE",
-              help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it.")
+@click.option("--svg", "svg_path", metavar="FILE", type=output_file(dash=True),
+              help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it; only "
+                   "a regular file is replaced (a device, FIFO or socket there: exit 2).")
 @global_options
 @click.pass_context
 def timeline(
@@ -908,27 +956,35 @@ def _one_line(exc: click.ClickException) -> str:
     return f"{message} (see '{hint}')"
 
 
-def _reserve_standard_streams() -> None:
+def _reserve_standard_streams() -> set[int]:
     """Put /dev/null, close-on-exec, on any of fd 0-2 lockrun was started without, before anything
     opens a file: none of lockrun's own files (a lock, the ledger, a pipe) can then land there and
     take the command's output (SQLite would plant a /dev/null of its own there, inherited), and
-    the command still finds those streams closed, as it would without lockrun."""
+    the command still finds those streams closed, as it would without lockrun. Returns them."""
     import os
 
+    closed = set()
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
+            closed.add(fd)
             opened = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free descriptor: fd
             if opened != fd:
                 os.close(opened)
+    return closed
 
 
 def main(argv: list[str] | None = None) -> None:
-    _reserve_standard_streams()
+    from lockrun import own_output
+
+    closed = _reserve_standard_streams()
+    own_output.guard(closed_at_start=1 in closed)  # lockrun's own output failing: one line, exit 1
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
+    except own_output.OutputFailed as exc:
+        code = own_output.failed(exc, 0, _say)
     except click.UsageError as exc:
         _say(_one_line(exc))
         code = ExitCode.USAGE
@@ -943,9 +999,7 @@ def main(argv: list[str] | None = None) -> None:
     except LedgerError as exc:  # only commands whose whole job is the ledger let this through
         _say(str(exc))
         code = 1
-    except BrokenPipeError:
-        code = 0
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
         _say(f"internal error: {exc!r}")
         code = ExitCode.INTERNAL
-    sys.exit(int(code or 0))
+    sys.exit(own_output.finish(int(code or 0), _say))

@@ -8,10 +8,16 @@
 The ledger is best effort (README "What lockrun guarantees, and how"): a ledger that cannot
 be opened or written never stops the command. A ledger that cannot be opened is said once,
 and only when it is clear what that means for the run (see :meth:`RunJournal.say_problem`).
+
+Every row ends: a run whose lockrun fails between the row "running" and the final row still
+gets its final row (``error``, exit 125: :meth:`RunJournal.finish_after_failure`), and every
+text the rows carry is :func:`~lockrun.os_text.escaped` first, so that an argv, a path or a
+host name that is not valid UTF-8 (``lockrun -- $'\xff'``) is recorded, not refused by SQLite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -21,9 +27,15 @@ from typing import Any
 
 from lockrun import host
 from lockrun.clock import iso_ago, utc_now_iso
-from lockrun.errors import LedgerError, Report
+from lockrun.errors import ExitCode, LedgerError, Report
 from lockrun.ledger import FINAL_FIELDS, Ledger, RunRecord
+from lockrun.os_text import escaped_all
 from lockrun.outcome import Outcome
+from lockrun.record import Status
+
+#: What a ledger write can fail with besides LedgerError: a value SQLite cannot encode. Never
+#: expected (rows are escaped first), and never a reason for a run to end in a traceback.
+WRITE_ERRORS = (LedgerError, ValueError)
 
 
 class RunJournal:
@@ -37,7 +49,9 @@ class RunJournal:
         metrics_file: Path | None = None,
     ) -> None:
         """``run`` is the row "running" to write; its ``started_at`` is when lockrun began."""
-        self.ledger_path, self.run, self.report = ledger_path, run, report
+        self.ledger_path, self.report = ledger_path, report
+        self.run = type(run)(*escaped_all(tuple(run)))  # an argv that is not UTF-8 is kept, escaped
+        self._finished = False
         self.keep_days, self.metrics_file = keep_days, metrics_file  # what finish does besides the row
         self.ledger: Ledger | None = None
         self._problem: str | None = None  # why the ledger could not be opened, not yet said
@@ -86,7 +100,7 @@ class RunJournal:
     def row(self, outcome: Outcome) -> dict[str, Any]:
         """The run's final row as ``history --json`` shows it: the one mapping from an outcome to
         what the ledger, webhooks and every other record of the run say."""
-        return {
+        row: dict[str, Any] = escaped_all({
             "run_id": self.run.run_id, "name": self.run.name, "status": outcome.status,
             "exit_code": outcome.command_exit, "signal": outcome.signal,
             "exit_status": outcome.exit_code,  # what lockrun exits with: what cron and the shell see
@@ -96,7 +110,8 @@ class RunJournal:
             "duration_s": self.duration_s, "waited_s": self.waited_s,
             "fencing_token": outcome.fencing_token, "once_key": self.run.once_key, "error": outcome.error,
             "note": outcome.note, "lock_lost_at_release": outcome.lock_lost_at_release,
-        }
+        })
+        return row
 
     # -- the rows -------------------------------------------------------------------------
 
@@ -106,13 +121,13 @@ class RunJournal:
         # backend's error is the one line to print: hence not said here.
         try:
             self.ledger = Ledger(self.ledger_path).open()
-        except LedgerError as exc:
+        except WRITE_ERRORS as exc:
             self._problem = f"cannot open the run ledger ({exc})"
             self.ledger = None
             return
         try:
             self.ledger.start(self.run._replace(pid_start=host.own_start()))
-        except LedgerError as exc:
+        except WRITE_ERRORS as exc:
             self._problem = f"cannot write to the run ledger ({exc})"
             self.ledger.close()
             self.ledger = None
@@ -141,7 +156,7 @@ class RunJournal:
             try:
                 ledger.record_command_start(self.run.run_id, fencing_token=fencing_token, started_at=started_at,
                                             waited_s=waited_s)
-            except LedgerError as exc:
+            except WRITE_ERRORS as exc:
                 self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
 
         noting = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
@@ -153,6 +168,7 @@ class RunJournal:
 
     def finish(self, outcome: Outcome) -> None:
         """The final row; then, now and then, a prune, and the metrics file."""
+        self._finished = True
         if self._command_start_noted is not None:
             self._command_start_noted.join()  # one connection, one writer at a time
         row = self.row(outcome)
@@ -166,12 +182,21 @@ class RunJournal:
         if self.ledger is not None:
             self.ledger.close()
 
+    def finish_after_failure(self, exc: BaseException) -> None:
+        """lockrun failed after the row "running" and before its final row: the row ends anyway
+        (``error``, exit 125), never left "running" for a process that is about to exit."""
+        if self._finished:
+            return
+        self.mark_ended()
+        with contextlib.suppress(Exception):  # the failure being reported is the one that matters
+            self.finish(Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=f"lockrun failed: {exc!r}"))
+
     def _call(self, action: str, fn: Callable[[Ledger], object]) -> None:
         if self.ledger is None:
             return
         try:
             fn(self.ledger)
-        except LedgerError as exc:
+        except WRITE_ERRORS as exc:
             self.report("warn", f"cannot {action} the run ledger ({exc}); the command runs regardless")
             self.ledger.close()
             self.ledger = None
@@ -181,5 +206,6 @@ class RunJournal:
 
         try:
             metrics.write_file(path, metrics.exposition(metrics.ledger_facts(ledger)))
-        except (OSError, LedgerError) as exc:
-            self.report("warn", f"cannot write the metrics file {path} ({exc})")
+        except (OSError, LedgerError) as exc:  # a device there (NotRegularFile) too: it is left alone
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self.report("warn", f"cannot write the metrics file {path} ({reason})")

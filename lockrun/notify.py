@@ -1,9 +1,15 @@
 """Telling someone: webhooks after a run, healthchecks.io-style pings around it.
 
-Every delivery is bounded (two attempts of at most ATTEMPT_TIMEOUT seconds each),
-never changes lockrun's exit code, and a failure comes back as one line for a
-warning and the ledger's note. Endpoints are shown as ``scheme://host/…``: a
-webhook's query string and a ping URL's path are its credentials.
+Everything sent after the release shares one deadline, DELIVERY_BUDGET seconds from the
+moment the run ends (the start ping still in flight included): every endpoint is tried at
+once, each in a thread of its own, with two attempts of at most ATTEMPT_TIMEOUT seconds each
+within that deadline, and whatever has not answered by then is given up on, however many
+endpoints there are and wherever they hang (DNS resolution, which no socket timeout bounds,
+connecting, or an endpoint that accepts and never answers). So pings and webhooks together
+delay lockrun's exit by at most the 5 s the README promises. A delivery never changes
+lockrun's exit code, and a failure comes back as one line for a warning and the ledger's
+note. Endpoints are shown as ``scheme://host/…``: a webhook's query string and a ping URL's
+path are its credentials.
 
 :class:`Delivery` is what one run asked for; the runner makes one only when a run asks,
 and urllib is imported only when something is sent.
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -27,7 +34,9 @@ if TYPE_CHECKING:
 
 ATTEMPT_TIMEOUT = 2.0
 ATTEMPTS = 2
-TOTAL_BUDGET = 5.0  # seconds for all attempts of one delivery
+#: Seconds for everything sent after the run, all endpoints together: 5 s (README "Telling
+#: someone") less the time lockrun takes to give up on threads still waiting and to exit.
+DELIVERY_BUDGET = 4.0
 RETRY_PAUSE = 0.2
 
 USER_AGENT = f"lockrun/{__version__}"
@@ -50,13 +59,16 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     return parts._replace(netloc=hostport).geturl(), f"Basic {token}"
 
 
-def post(url: str, body: bytes, content_type: str) -> str | None:
-    """POST with one retry inside TOTAL_BUDGET seconds. None on success, else why it failed."""
+def post(url: str, body: bytes, content_type: str, deadline: float | None = None) -> str | None:
+    """POST with one retry before ``deadline`` (on the monotonic clock; default DELIVERY_BUDGET
+    from now). None on success, else why it failed. A call that hangs past the deadline where no
+    timeout reaches (DNS) is given up on by the caller: see :class:`Sending`."""
     import urllib.error  # here, not above: a run that sends nothing never pays for them
     import urllib.request
 
-    deadline = time.monotonic() + TOTAL_BUDGET
-    reason = "not attempted"
+    if deadline is None:
+        deadline = time.monotonic() + DELIVERY_BUDGET
+    reason = "not attempted: no time left"
     target, authorization = split_credentials(url)
     for attempt in range(ATTEMPTS):
         left = deadline - time.monotonic()
@@ -86,6 +98,35 @@ def post(url: str, body: bytes, content_type: str) -> str | None:
         if attempt + 1 < ATTEMPTS:
             time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
     return f"{redact_endpoint(url)}: {reason}"
+
+
+class Sending:
+    """One delivery in a daemon thread of its own, so that waiting for it can stop at a deadline
+    whatever it is stuck in; a thread still stuck then is left behind (lockrun is about to exit)."""
+
+    def __init__(self, endpoint: str, send: Callable[[], str | None], what: str = "",
+                 thread_name: str = "lockrun-deliver") -> None:
+        self.endpoint = endpoint  # as messages show it: scheme://host/…
+        self.failure: str | None = None
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.failure = send()
+            finally:
+                self._done.set()
+
+        try:
+            threading.Thread(target=run, name=thread_name, daemon=True).start()
+        except RuntimeError as exc:  # no thread for it: a failed delivery, nothing worse
+            self.failure = f"{endpoint}: {what + ' ' if what else ''}not sent ({exc})"
+            self._done.set()
+
+    def result(self, deadline: float) -> str | None:
+        """Why it failed, None if it did not; waits until ``deadline`` at most."""
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
+            return f"{self.endpoint}: no answer in time"
+        return self.failure
 
 
 # -- webhooks -------------------------------------------------------------------------------
@@ -140,10 +181,14 @@ def slack_text(payload: dict[str, Any]) -> dict[str, str]:
     return {"text": text}
 
 
-def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool) -> list[str]:
-    """Deliver to every URL at once (so N endpoints cost one budget, not N). Returns the failures."""
+def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool, deadline: float) -> list[Sending]:
+    """Start delivering to every URL at once (so N endpoints cost one budget, not N)."""
     body = json.dumps(slack_text(payload) if slack else payload).encode()
-    return _in_parallel([(url, body, "application/json") for url in urls])
+
+    def sender(url: str) -> Callable[[], str | None]:
+        return lambda: post(url, body, "application/json", deadline)
+
+    return [Sending(redact_endpoint(url), sender(url)) for url in urls]
 
 
 # -- pings (the healthchecks.io protocol) --------------------------------------------------------
@@ -169,43 +214,25 @@ def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
 
 
 class StartPing:
-    """The start ping, sent beside the command so a slow endpoint never delays it."""
+    """The start ping, sent beside the command so a slow endpoint never delays it; it has
+    DELIVERY_BUDGET from its start, and what is left of it at the run's end counts against the
+    end's deadline like every other delivery."""
 
     def __init__(self, base: str, run_id: str) -> None:
-        self.failure: str | None = None
-        self._thread = threading.Thread(
-            target=self._send, args=(ping_url(base, "start", run_id),), name="lockrun-ping", daemon=True
-        )
-        try:
-            self._thread.start()
-        except RuntimeError as exc:  # no thread for it: the start ping is a failed delivery, nothing worse
-            self.failure = f"{redact_endpoint(base)}: start ping not sent ({exc})"
+        import urllib.request  # noqa: F401 - imported here, not in the thread: see Delivery.run_ended
 
-    def _send(self, url: str) -> None:
-        self.failure = post(url, b"", "text/plain")
+        url = ping_url(base, "start", run_id)
+        deadline = time.monotonic() + DELIVERY_BUDGET
+        self.sending = Sending(redact_endpoint(base), lambda: post(url, b"", "text/plain", deadline),
+                               what="start ping", thread_name="lockrun-ping")
 
-    def wait(self) -> str | None:
-        if self._thread.ident is not None:
-            self._thread.join(TOTAL_BUDGET + 1.0)
-        return self.failure
+    def wait(self, deadline: float) -> str | None:
+        return self.sending.result(deadline)
 
 
-def send_ping(base: str, event: str, run_id: str, body: str | None) -> str | None:
-    return post(ping_url(base, event, run_id), (body or "").encode("utf-8", "replace"), "text/plain; charset=utf-8")
-
-
-def _in_parallel(jobs: list[tuple[str, bytes, str]]) -> list[str]:
-    failures: list[str | None] = [None] * len(jobs)
-
-    def deliver(index: int, url: str, body: bytes, content_type: str) -> None:
-        failures[index] = post(url, body, content_type)
-
-    threads = [threading.Thread(target=deliver, args=(i, *job), daemon=True) for i, job in enumerate(jobs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(TOTAL_BUDGET + 1.0)
-    return [failure for failure in failures if failure]
+def send_ping(base: str, event: str, run_id: str, body: str | None, deadline: float | None = None) -> str | None:
+    return post(ping_url(base, event, run_id), (body or "").encode("utf-8", "replace"), "text/plain; charset=utf-8",
+                deadline)
 
 
 #: What a webhook says of the holder that kept a run out: never its owner token, with which
@@ -241,17 +268,36 @@ class Delivery:
         self, run: dict[str, Any], holder: Holder | None = None, output_tail: str | None = None
     ) -> str | None:
         """The final ping and the webhooks for ``run``, the run's final row (``holder``: who kept
-        it out). Returns what failed, the start ping included, as one line; None if nothing did."""
+        it out), all at once and within one deadline. Returns what failed, the start ping
+        included, as one line; None if nothing did."""
+        # urllib's modules are imported here, in the main thread: a thread left behind at the
+        # deadline must not hold the import lock while the interpreter exits.
+        import urllib.request  # noqa: F401
+
+        deadline = time.monotonic() + DELIVERY_BUDGET
         status = run["status"]
-        failures = [self._start_ping.wait()] if self._start_ping else []
-        if self.ping_url and (status != Status.BUSY or self.ping_on_busy):
-            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
-            event = ping_event(status, run["exit_code"], run["signal"])
-            failures.append(send_ping(self.ping_url, event, self.run_id, body))
+        sendings: list[Sending] = []
         if self.notify_urls and status in self.notify_on:
             about_holder = None
             if holder is not None:
                 about_holder = {k: v for k, v in holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
             payload = webhook_payload(run, about_holder, output_tail)
-            failures += send_webhooks(list(self.notify_urls), payload, self.slack)
+            sendings += send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
+        pinging = self.ping_url and (status != Status.BUSY or self.ping_on_busy)
+        if pinging and self.ping_url:
+            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
+            event = ping_event(status, run["exit_code"], run["signal"])
+            base, start = self.ping_url, self._start_ping
+
+            def ping() -> str | None:
+                # The end ping after the start ping (healthchecks pairs them by rid, in order), but
+                # never without one full attempt of its own: a missing end ping is what alerts.
+                failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
+                failures.append(send_ping(base, event, self.run_id, body, deadline))
+                return "; ".join(failure for failure in failures if failure) or None
+
+            sendings.append(Sending(redact_endpoint(base), ping))
+        elif self._start_ping is not None:
+            sendings.append(self._start_ping.sending)
+        failures = [sending.result(deadline) for sending in sendings]
         return "; ".join(failure for failure in failures if failure) or None

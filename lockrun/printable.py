@@ -11,8 +11,11 @@ from __future__ import annotations
 
 
 def printable(text: str, keep: str = "") -> str:
-    """``text`` with its control characters (all but those in ``keep``) written as escapes."""
+    """``text`` with its control characters (all but those in ``keep``) written as escapes; a byte
+    that was not valid in the locale's encoding (an argv's ``$'\\xff'``) as ``\\xff`` (os_text.py)."""
     if text.isprintable():
         return text  # the usual case, checked in C
-    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    from lockrun.os_text import escaped
+
+    return "".join(ch if ch.isprintable() or ch in keep else escaped(ch) if "\ud800" <= ch <= "\udfff"
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)

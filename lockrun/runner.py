@@ -35,6 +35,7 @@ from lockrun.journal import RunJournal
 from lockrun.keeper import Keeper, backstop_for
 from lockrun.lease_client import LeaseClient
 from lockrun.ledger import RunRecord
+from lockrun.os_text import escaped_all
 from lockrun.outcome import Outcome, busy_message, command_outcome
 from lockrun.record import Status
 from lockrun.supervisor import Supervisor, check_runnable
@@ -130,6 +131,13 @@ class Run:
     def execute(self) -> Outcome:
         self.journal.open()
         try:
+            return self._execute()
+        except BaseException as exc:
+            self.journal.finish_after_failure(exc)  # never a row left "running" by a lockrun that exits
+            raise
+
+    def _execute(self) -> Outcome:
+        try:
             check_runnable(self.options.argv)
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
@@ -178,7 +186,8 @@ class Run:
             self.report("info", f"--once key {opts.once_key!r} computed in {opts.once_zone.name}"
                                 f" ({opts.once_zone.source})")
         lease_client = LeaseClient(
-            backend, opts.name, opts.ttl, run_id=self.run_id, argv=opts.argv, report=self.report, slots=opts.slots,
+            backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
+            slots=opts.slots,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
                          zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
         )
@@ -291,11 +300,14 @@ class Run:
             self.journal.command_ended()
             if keeper is not None:
                 keeper.stop()
-        return command_outcome(
+        outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
             kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
             output_tail=supervisor.tail.text() if supervisor.tail else None,
         )
+        if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
+            outcome = outcome.noted("; ".join(supervisor.tail.lost))
+        return outcome
 
     def _deliver(self, outcome: Outcome) -> Outcome:
         """Final ping and webhooks; a failed delivery is a warning and a note on the row."""

@@ -21,7 +21,7 @@ from lockrun.backends import ALL_REPLICAS
 from lockrun.backends.redis_url import redact_url, url_without_credentials, validate_redis_url
 from lockrun.errors import ConfigError, UsageError
 from lockrun.record import FINAL_STATUSES, Status
-from lockrun.safefs import UnsafePath, check_owner_and_mode
+from lockrun.safefs import UnsafePath, check_owner_and_mode, special_file
 
 if TYPE_CHECKING:
     from lockrun.zones import Zone
@@ -251,6 +251,24 @@ def validate_http_url(url: str, what: str) -> str:
     return url
 
 
+# --- paths lockrun writes ----------------------------------------------------------------
+
+#: Config keys naming a file lockrun writes (and replaces by a rename): only a regular file may be there.
+OUTPUT_PATH_KEYS = ("ledger", "metrics_file")
+
+
+def output_path_problem(path: str, what: str, directories: bool = True) -> str | None:
+    """The one line refusing ``path`` as a file lockrun writes, when a device, FIFO or socket (or a
+    link to one; with ``directories``, a directory) is there, checked when it is parsed; else None.
+    lockrun would never write there, so saying it before the run beats a warning after it."""
+    kind = special_file(Path(path).expanduser(), directories=directories)
+    if kind is None:
+        return None
+    named = f"{what} {path}" if what else path
+    return (f"{named} is {kind}, not a regular file; lockrun writes only regular files there,"
+            " and never replaces anything else")
+
+
 # --- config file ----------------------------------------------------------------------
 
 # The fleet record's retention (README "One fleet, one memory"): per name, the newest runs kept
@@ -394,6 +412,10 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
         refuse(f", not {value!r}")
     if key == "notify_urls" and not all(isinstance(url, str) for url in value):
         refuse()
+    if key in OUTPUT_PATH_KEYS:
+        problem = output_path_problem(value, key, directories=key == "ledger")
+        if problem:
+            raise ConfigError(f"config file {where}: {problem}")
     try:
         if key == "min_hold":
             parse_min_hold(value, "min_hold")
@@ -492,8 +514,10 @@ class Settings(NamedTuple):
 
     @property
     def backend_where(self) -> str:
-        """The Redis URL without credentials, or the local state directory."""
-        return url_without_credentials(self.redis_url) if self.redis_url else str(self.state_dir)
+        """The Redis URL without credentials, or the local state directory (as the ledger records it)."""
+        from lockrun.os_text import escaped  # a path need not be UTF-8: the ledger keeps it escaped
+
+        return url_without_credentials(self.redis_url) if self.redis_url else escaped(str(self.state_dir))
 
     @property
     def backend_from(self) -> str:
@@ -510,11 +534,11 @@ class Settings(NamedTuple):
 
 
 def default_state_dir() -> Path:
-    if os.geteuid() == 0:
-        return Path("/var/lib/lockrun")
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "lockrun"
+    """``/var/lib/lockrun`` for root, else ``~/.local/state/lockrun`` of the user's passwd entry: never
+    ``$XDG_STATE_HOME`` or ``$HOME``, which cron does not set as a login shell does (state_home.py)."""
+    from lockrun.state_home import default_state_dir as from_passwd
+
+    return from_passwd()
 
 
 def resolve(

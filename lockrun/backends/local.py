@@ -133,7 +133,7 @@ class LocalBackend:
                 os.close(fd)
                 return Duplicate(name=name, key=once.key)
             try:
-                write_atomically(self.files.slots_meta_path(name), str(slots).encode())
+                write_atomically(self.files.slots_meta_path(name), str(slots).encode(), in_state_dir=True)
                 fence = self.records.next_fence(name)
                 self.records.write(name, {**info, "name": name, "fencing_token": fence}, slot)
             except UnsafePath as exc:
@@ -210,7 +210,7 @@ class LocalBackend:
         if not locked_by_other(self.files.lock_path(name)):
             return False
         try:
-            write_atomically(self.files.preempt_path(name), requester.encode())
+            write_atomically(self.files.preempt_path(name), requester.encode(), in_state_dir=True)
         except OSError as exc:
             raise self._cannot_write(exc) from None
         return True

@@ -98,7 +98,7 @@ class LockFiles:
         """The state directory and its locks directory exist, are ours and are private."""
         try:
             private_dir(self.state_dir, "the state directory")
-            private_dir(self.locks_dir, "the local lock directory")
+            private_dir(self.locks_dir, "the local lock directory", parent_checked=True)
         except UnsafePath as exc:
             raise BackendUnavailable(f"{exc} (set LOCKRUN_STATE_DIR, or configure a Redis URL)") from None
 

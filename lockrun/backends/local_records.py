@@ -76,7 +76,8 @@ class LockRecords:
 
     def write(self, name: str, record: Description, slot: int | None = None, durable: bool = False) -> None:
         """Replace the description atomically (``durable``: on disk before this returns). Raises OSError."""
-        write_atomically(self._files.info_path(name, slot), json.dumps(record).encode(), durable=durable)
+        write_atomically(self._files.info_path(name, slot), json.dumps(record).encode(), durable=durable,
+                         in_state_dir=True)
 
     def next_fence(self, name: str) -> int:
         """One fence counter for all slots of a name, incremented under its own short flock."""
@@ -153,7 +154,7 @@ class LockRecords:
             private_dir(self._files.once_dir, "the --once directory")
             private_dir(path.parent, "the --once directory")
             expires = time.time() + once.remember_s
-            write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True)
+            write_atomically(path, f"{expires!r} {utc_now_iso()}\n".encode(), durable=True, in_state_dir=True)
         except (OSError, UnsafePath) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise BackendUnavailable(f"cannot mark --once key {once.key!r} done in {path.parent}: {reason}") from None

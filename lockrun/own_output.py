@@ -1,0 +1,101 @@
+"""lockrun's own standard output (what ``status``, ``history``, ``metrics`` … print): when it
+cannot be written, one line on stderr and exit 1, never a traceback or 125.
+
+Python reports a failing stdout wherever it happens to flush: as an OSError in the middle of a
+table (``>/dev/full``), as ``sys.stdout`` being None when lockrun was started without one
+(``>&-``), or as exit status 120 when the last flush at exit fails; rich turns EPIPE into an
+exit of its own. :func:`guard` puts one stream in their place that fails in one way,
+:class:`OutputFailed`, once: after that, writes are dropped, so nothing fails again at exit.
+
+A pipe that the reader closed early (``lockrun history | head -1``) is not an error: the reader
+had what it wanted, and lockrun stops quietly, with the exit code it had (0).
+The command's own output under ``lockrun run`` never goes through here: it has fd 1 itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import select
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+#: What a reader exits with when its output cannot be written (README "Exit codes").
+OUTPUT_FAILED_EXIT = 1
+
+
+class OutputFailed(Exception):
+    """lockrun's standard output cannot be written: ``reason`` says why."""
+
+    def __init__(self, reason: str, broken_pipe: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.broken_pipe = broken_pipe
+
+
+class _StandardOutput(io.RawIOBase):
+    """fd 1, for lockrun's own output; ``closed_at_start``: lockrun was started without one (the
+    descriptor then holds /dev/null, reserved so that no file of lockrun's lands there)."""
+
+    def __init__(self, closed_at_start: bool) -> None:
+        super().__init__()
+        self._closed_at_start = closed_at_start
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return not self._closed_at_start and os.isatty(1)
+
+    def write(self, data: ReadableBuffer) -> int:
+        size = memoryview(data).nbytes
+        if self.failed:
+            return size  # said once; the rest goes nowhere, quietly
+        if self._closed_at_start:
+            self.failed = True
+            raise OutputFailed("cannot write to standard output: it was closed when lockrun started")
+        while True:
+            try:
+                return os.write(1, data)
+            except BlockingIOError:  # a non-blocking stdout that is full: wait, never spin
+                select.select([], [1], [], 1.0)
+            except OSError as exc:
+                self.failed = True
+                raise OutputFailed(f"cannot write to standard output ({exc.strerror or exc}): the output is incomplete",
+                                   broken_pipe=exc.errno == errno.EPIPE) from None
+
+
+def guard(closed_at_start: bool) -> None:
+    """Replace ``sys.stdout`` by a stream over fd 1 whose failures raise OutputFailed."""
+    previous = sys.stdout
+    encoding = getattr(previous, "encoding", None) or "utf-8"
+    raw = _StandardOutput(closed_at_start)
+    # backslashreplace: text from elsewhere (an undecodable command) never fails to encode.
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors="backslashreplace",
+                                  line_buffering=raw.isatty())
+
+
+def failed(exc: OutputFailed, code: int, say: Callable[[str], None]) -> int:
+    """The exit code after ``exc``, said in one line; a pipe closed early is no error."""
+    if exc.broken_pipe:
+        return code
+    say(exc.reason)
+    return code or OUTPUT_FAILED_EXIT
+
+
+def finish(code: int, say: Callable[[str], None]) -> int:
+    """Flush what is left; the exit code, 1 if that fails."""
+    try:
+        sys.stdout.flush()
+    except OutputFailed as exc:
+        return failed(exc, code, say)
+    return code

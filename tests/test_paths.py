@@ -1,0 +1,302 @@
+"""Paths someone else controls: the directories above the state directory, one set of local locks
+per user whatever cron's environment lacks, and output paths that are not regular files
+(README "Security notes", "The state directory").
+
+Each case ends in one holder or one line with a documented exit code, through real lockrun
+processes. The cron-versus-shell cases run lockrun as another user (uid TEST_UID) with a passwd
+entry of its own, in a private mount namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import isolated_env, lockrun_argv, run_lockrun, wait_until
+
+OTHER_UID = 1001  # another user: nobody with this uid runs anything here
+TEST_UID = 4242  # the user the cron-versus-shell cases run lockrun as
+
+
+def assert_one_line(result, code: int, *needles: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+# --- every directory above the state directory ---------------------------------------------------
+
+
+def test_a_state_directory_inside_another_users_directory_is_refused(local_env, tmp_path):
+    # The issue's case: /x belongs to someone else, who renamed /x/sub away mid-run; a second run
+    # then took "the same" lock in a new /x/sub. Now nothing runs there at all.
+    theirs = tmp_path / "theirs"
+    (theirs / "sub").mkdir(parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    local_env["LOCKRUN_STATE_DIR"] = str(theirs / "sub")
+    ran = tmp_path / "ran"
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "touch", str(ran)), 69,
+                    f"the state directory {theirs / 'sub'} is inside {theirs}", f"owned by uid {OTHER_UID}")
+    assert not ran.exists() and list((theirs / "sub").iterdir()) == []
+    for args in (("history",), ("metrics",), ("timeline",)):
+        assert_one_line(run_lockrun(local_env, *args), 1, f"is inside {theirs}")
+    os.chown(theirs, 0, 0)  # root's: fine
+    assert run_lockrun(local_env, "-n", "job", "--", "touch", str(ran)).returncode == 0 and ran.exists()
+
+
+def test_a_directory_above_that_others_may_write_is_refused_unless_sticky_and_roots(local_env, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)
+    local_env["LOCKRUN_STATE_DIR"] = str(shared / "mine" / "state")
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "true"), 69, f"is inside {shared}",
+                    "writable by group or others (mode 0775)", f"chmod go-w {shared}")
+    assert list(shared.iterdir()) == []  # nothing was created under it either
+    os.chmod(shared, 0o1777)  # like /tmp: others cannot rename what is ours in it
+    assert run_lockrun(local_env, "-n", "job", "--", "true").returncode == 0
+    for created in (shared / "mine", shared / "mine" / "state"):  # every missing directory: 0700, ours
+        st = created.stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o700, os.geteuid()), created
+    # ... but only as the parent of what is ours or root's: a directory of another user in it is not.
+    (shared / "theirs").mkdir()
+    os.chown(shared / "theirs", OTHER_UID, OTHER_UID)
+    local_env["LOCKRUN_STATE_DIR"] = str(shared / "theirs" / "state")
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "true"), 69, f"is inside {shared / 'theirs'}",
+                    f"owned by uid {OTHER_UID}")
+    # The sticky directory itself as the state directory: writable by all, refused as before.
+    local_env["LOCKRUN_STATE_DIR"] = str(shared)
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "true"), 69, "writable by group or others")
+
+
+def test_a_link_on_the_way_must_be_ours_or_roots_and_its_target_is_checked_too(local_env, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    local_env["LOCKRUN_STATE_DIR"] = str(link / "state")
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "true"), 69, f"goes through {link}",
+                    f"a symbolic link owned by uid {OTHER_UID}")
+    os.lchown(link, 0, 0)
+    assert run_lockrun(local_env, "-n", "job", "--", "true").returncode == 0
+    assert (real / "state" / "locks" / "job.lock").exists()
+    # A link to a place below another user's directory: the target's parents are what count.
+    theirs = tmp_path / "theirs"
+    (theirs / "state").mkdir(parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    link.unlink()
+    link.symlink_to(theirs)
+    assert_one_line(run_lockrun(local_env, "-n", "job", "--", "true"), 69, f"is inside {theirs}")
+
+
+def test_the_ledgers_directory_is_checked_the_same_way(env, tmp_path):
+    """With Redis the lock does not live in the state directory: the command runs, without a row."""
+    theirs = tmp_path / "theirs"
+    (theirs / "sub").mkdir(parents=True)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    ledger = theirs / "sub" / "ledger.db"
+    result = run_lockrun(env, "--ledger", str(ledger), "-n", "job", "--", "echo", "ran")
+    assert (result.returncode, result.stdout) == (0, "ran\n")
+    assert result.stderr.count("\n") == 1 and f"is inside {theirs}" in result.stderr, result.stderr
+    assert "runs regardless" in result.stderr and not ledger.exists()
+    assert_one_line(run_lockrun(env, "--ledger", str(ledger), "history"), 1, "cannot read the run ledger",
+                    f"is inside {theirs}")
+
+
+# --- one set of local locks per user, from cron and from a shell ----------------------------------
+
+
+@pytest.fixture
+def user(tmp_path):
+    """TEST_UID, with a passwd entry and a home of its own: ``argv(...)`` runs a command as that
+    user, in a mount namespace where /etc/passwd has the entry. The user keeps CAP_DAC_READ_SEARCH
+    only so that it can reach the test's interpreter (perhaps under /root) and config file; it
+    cannot write anywhere but its home. The home is outside pytest's 0700 directories, since
+    access(2), which lockrun asks whether it may write, checks without that capability."""
+    top = Path(tempfile.mkdtemp(prefix="lockrun-user-"))
+    os.chmod(top, 0o755)
+    home = top / "home"
+    home.mkdir()
+    os.chown(home, TEST_UID, TEST_UID)
+    passwd = tmp_path / "passwd"
+    passwd.write_text(Path("/etc/passwd").read_text() + f"lockrun-test:x:{TEST_UID}:{TEST_UID}::{home}:/bin/sh\n")
+
+    class User:
+        def __init__(self) -> None:
+            self.home = home
+            base = {k: v for k, v in isolated_env(tmp_path).items() if k != "LOCKRUN_STATE_DIR"}
+            self.cron = {**base, "HOME": str(home)}  # cron: HOME from the passwd entry, no XDG_STATE_HOME
+            self.shell = {**self.cron, "XDG_STATE_HOME": str(home / "xdg-state")}  # a login shell that sets it
+            self.cron.pop("XDG_STATE_HOME", None)
+
+        @staticmethod
+        def argv(*args: str) -> list[str]:
+            become = (f'mount --bind "$0" /etc/passwd && exec setpriv --reuid {TEST_UID} --regid {TEST_UID}'
+                      ' --clear-groups --inh-caps +dac_read_search --ambient-caps +dac_read_search "$@"')
+            return ["unshare", "--mount", "sh", "-c", become, str(passwd), *lockrun_argv(*args)]
+
+        def run(self, env: dict, *args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(self.argv(*args), env=env, capture_output=True, text=True, timeout=60)
+
+        def spawn(self, env: dict, *args: str) -> subprocess.Popen:
+            return subprocess.Popen(self.argv(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    yield User()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _held(user, env) -> list[str]:
+    result = user.run(env, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return [lock["name"] for lock in json.loads(result.stdout)["locks"] if lock["state"] == "held"]
+
+
+def test_cron_and_a_login_shell_share_one_set_of_local_locks(user):
+    started = user.home / "started"
+    holder = user.spawn(user.shell, "-n", "job", "--", "sh", "-c", f"touch {started}; exec sleep 30")
+    try:
+        wait_until(started.exists, what="the holder started from a shell")
+        ran = user.home / "ran"
+        # cron has no XDG_STATE_HOME: the same lock, so busy, and the job does not run twice.
+        busy = user.run(user.cron, "-n", "job", "--", "touch", str(ran))
+        assert (busy.returncode, busy.stderr) == (75, "")
+        # Nor does a HOME changed by hand (sudo -E, su without -) move the locks.
+        moved = user.run({**user.cron, "HOME": str(user.home / "elsewhere")}, "-n", "job", "--", "touch", str(ran))
+        assert moved.returncode == 75, moved.stderr
+        assert not ran.exists()
+        assert _held(user, user.shell) == ["job"] and _held(user, user.cron) == ["job"]
+        assert (user.home / ".local" / "state" / "lockrun" / "locks" / "job.lock").exists()
+        assert not (user.home / "xdg-state").exists()
+    finally:
+        holder.terminate()
+        holder.wait(30)
+
+
+def test_an_old_xdg_state_directory_is_named_and_its_locks_still_count(user):
+    old = user.home / "xdg-state" / "lockrun"
+    # What a lockrun that followed XDG_STATE_HOME left there: a ledger with a run.
+    assert user.run({**user.cron, "LOCKRUN_STATE_DIR": str(old)}, "-n", "before", "--", "true").returncode == 0
+    shown = user.run(user.shell, "history")
+    assert shown.returncode == 0 and shown.stdout == "no runs recorded\n"
+    assert shown.stderr.count("\n") == 1 and f"note: {old} ($XDG_STATE_HOME/lockrun)" in shown.stderr, shown.stderr
+    assert f"lockrun --ledger {old}/ledger.db history" in shown.stderr
+    assert "before" in user.run(user.shell, "--ledger", str(old / "ledger.db"), "history").stdout  # not lost
+    assert user.run(user.cron, "history").stderr == ""  # cron cannot know of it, and has nothing to be told
+    # An older lockrun still running from that shell holds its lock there: no second copy from here.
+    started = user.home / "started"
+    holder = user.spawn({**user.shell, "LOCKRUN_STATE_DIR": str(old)}, "-n", "held", "--", "sh", "-c",
+                        f"touch {started}; exec sleep 30")
+    try:
+        wait_until(started.exists, what="the holder in the old place")
+        ran = user.home / "ran"
+        refused = user.run(user.shell, "-n", "held", "--", "touch", str(ran))
+        assert_one_line(refused, 69, f"'held' is held through {old}/locks/held.lock")
+        assert not ran.exists()
+    finally:
+        holder.terminate()
+        holder.wait(30)
+    assert user.run(user.shell, "-n", "held", "--", "touch", str(ran)).returncode == 0
+    # LOCKRUN_STATE_DIR is an explicit choice: set to the old place, no note, and it is used.
+    explicit = user.run({**user.shell, "LOCKRUN_STATE_DIR": str(old)}, "history")
+    assert explicit.stderr == "" and "before" in explicit.stdout
+
+
+# --- output paths that are not regular files ------------------------------------------------------
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    """A device node (our own, never the machine's /dev/null), a FIFO or a socket."""
+    path = tmp_path / f"special-{kind}"
+    if kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        server.close()
+    return path
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return stat.S_IFMT(st.st_mode), st.st_ino, st.st_rdev
+
+
+KIND_NAMES = {"device": "a character device", "fifo": "a FIFO", "socket": "a socket"}
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "socket"])
+def test_a_device_fifo_or_socket_at_an_output_path_is_refused_at_parse_time_and_stays(local_env, tmp_path, kind):
+    special = _special(tmp_path, kind)
+    before = _identity(special)
+    needle = f"{special} is {KIND_NAMES[kind]}, not a regular file"
+    ran = tmp_path / "ran"
+    config = tmp_path / "special.toml"
+    for key in ("metrics_file", "ledger"):
+        config.write_text(f'{key} = "{special}"\n')
+        assert_one_line(run_lockrun({**local_env, "LOCKRUN_CONFIG": str(config)}, "-n", "j", "--", "touch", str(ran)),
+                        78, f"config file {config}, line 1: {key} {special}", f"is {KIND_NAMES[kind]}")
+    for args, code in (
+        (("-n", "j", "--metrics-file", str(special), "--", "touch", str(ran)), 2),
+        (("--ledger", str(special), "-n", "j", "--", "touch", str(ran)), 2),
+        (("--ledger", str(special), "history"), 2),
+        (("timeline", "--svg", str(special)), 2),
+    ):
+        assert_one_line(run_lockrun(local_env, *args), code, needle)
+    assert_one_line(run_lockrun({**local_env, "LOCKRUN_LEDGER": str(special)}, "-n", "j", "--", "true"), 2, needle)
+    # A link to one (as /dev/stdout is to whatever fd 1 is) is refused just the same.
+    link = tmp_path / "link"
+    link.symlink_to(special)
+    assert_one_line(run_lockrun(local_env, "-n", "j", "--metrics-file", str(link), "--", "true"), 2,
+                    f"is a symbolic link to {KIND_NAMES[kind]}")
+    assert not ran.exists() and _identity(special) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_a_directory_at_the_ledger_path_is_a_usage_error(local_env, tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert_one_line(run_lockrun(local_env, "--ledger", str(folder), "-n", "j", "--", "true"), 2,
+                    f"{folder} is a directory, not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_device_that_appears_at_the_metrics_path_during_the_run_is_left_alone(any_env, tmp_path, kind):
+    """Checked again when the file is written: the command already ran, so a warning."""
+    target = tmp_path / "lockrun.prom"
+    make = f"mknod {target} c 1 3" if kind == "device" else f"mkfifo {target}"
+    result = run_lockrun(any_env, "-n", "m", "--metrics-file", str(target), "--", "sh", "-c", make)
+    assert result.returncode == 0 and result.stderr.count("\n") == 1, result.stderr
+    assert f"cannot write the metrics file {target}" in result.stderr
+    assert f"is {KIND_NAMES[kind]}, not a regular file" in result.stderr and "left it alone" in result.stderr
+    mode = os.lstat(target).st_mode
+    assert stat.S_ISCHR(mode) if kind == "device" else stat.S_ISFIFO(mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_link_at_an_output_path_is_neither_replaced_nor_written_through(local_env, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "lockrun.prom"
+    link.symlink_to(victim)
+    result = run_lockrun(local_env, "-n", "m", "--metrics-file", str(link), "--", "true")
+    assert result.returncode == 0 and result.stderr.count("\n") == 1
+    assert "is a symbolic link, not a regular file" in result.stderr and "name the file it points to" in result.stderr
+    svg = run_lockrun(local_env, "timeline", "--svg", str(link))
+    assert_one_line(svg, 1, "cannot write the SVG", "is a symbolic link")
+    assert link.is_symlink() and victim.read_text() == "precious\n"
+    # A regular file is replaced as before.
+    link.unlink()
+    assert run_lockrun(local_env, "-n", "m", "--metrics-file", str(link), "--", "true").returncode == 0
+    assert "lockrun_runs_total" in link.read_text()
