@@ -454,7 +454,7 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
         render.print_json({"backend": backend.name, "locks": view.locks})
     else:
         render.status_table(backend.name, resolved.redacted_url or "", view.locks,
-                            unreachable=view.unreachable is not None)
+                            unreachable=view.unreachable is not None, notes=view.notes)
     if hint:
         _say(hint)
     if view.unreachable is not None:
