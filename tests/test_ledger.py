@@ -175,7 +175,7 @@ def test_a_version_3_ledger_gains_exit_status_and_waited_s_as_null(tmp_path, env
     new, old = history(env, "v")
     assert (old["run_id"], old["exit_status"], old["waited_s"], old["signal"]) == ("old", None, None, 15)
     assert (new["exit_status"], new["exit_code"]) == (4, 4) and new["waited_s"] is not None
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     table = run_lockrun(env, "history", "v").stdout.splitlines()
     assert table[1].split()[4] == "4" and table[2].split()[4] == "sig"  # an old row shows what it knew
 
@@ -197,7 +197,7 @@ def test_a_version_5_ledger_gains_the_timelines_indexes(tmp_path):
     db.close()
     Ledger(path).open().close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     entries = {name: db.execute(f"SELECT count(*) FROM runs INDEXED BY {name} WHERE name = 'n' AND {where}")
                .fetchone()[0] for name, where in (("runs_notable", NOTABLE), ("runs_durations", FINISHED_RUN))}
     assert entries == {"runs_notable": 2, "runs_durations": 2}  # busy and failed; succeeded and failed
