@@ -392,3 +392,27 @@ def test_history_of_a_live_run_is_running_from_every_namespace(env, tmp_path, ho
     pid, namespace, machine = db.execute("SELECT pid, pid_ns, machine_id FROM runs WHERE name = 'row'").fetchone()
     assert (pid, machine) == (1, host.machine_id()) and namespace not in (None, host.pid_ns())
     assert "running" in run_lockrun(env, "history", "row").stdout
+
+
+@pytest.mark.parametrize("column,value", [
+    ("pid_ns", "x"), ("pid_ns", -1), ("pid_ns", 1 << 40), ("pid_ns", 1.5), ("pid_ns", b"\xff"), ("pid_ns", "pid:[1]"),
+    ("machine_id", 5), ("machine_id", "X" * 32), ("machine_id", b"\x00" * 32), ("machine_id", "uninitialized"),
+])
+def test_a_ledger_row_with_garbage_identity_stays_running(local_env, column, value):
+    """A running row whose pid is dead here, but whose namespace or machine is unreadable: never
+    called abandoned, and never a traceback."""
+    assert run_lockrun(local_env, "-n", "g", "--", "true").returncode == 0
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    db = sqlite3.connect(Path(local_env["LOCKRUN_STATE_DIR"]) / "ledger.db")
+    db.execute("UPDATE runs SET status = 'running', ended_at = NULL, pid = ?", (dead.pid,))
+    db.commit()
+    assert history_of(local_env, "g")[0]["status"] == "abandoned"  # as recorded: its process is gone
+    db.execute(f"UPDATE runs SET {column} = ?", (value,))
+    db.commit()
+    db.close()
+    (row,) = history_of(local_env, "g")
+    assert row["status"] == "running"
+    for args in (("history", "g"), ("timeline", "g"), ("history", "--status", "abandoned")):
+        result = run_lockrun(local_env, *args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
