@@ -210,6 +210,15 @@ def test_a_sigkilled_holder_of_this_namespace_is_still_a_zombie_at_once(env, tmp
     assert cleared.returncode == 0 and "no longer runs (this machine, boot and PID namespace)" in cleared.stdout
 
 
+def test_a_holder_in_another_time_namespace_is_alive(env, tmp_path, holders):
+    """Start times in /proc are shifted by a time namespace's boot-time offset: one recorded there
+    differs from ours for the same process, which is no proof that the pid was reused."""
+    hold(holders, env, tmp_path, "tns", prefix=["unshare", "--time", "--boottime", "100000", "--fork", "--kill-child"])
+    assert status(env, "tns")["state"] == "held"
+    assert refuses(run(env, "unlock", "tns", "--yes"), "tns")
+    assert history_of(env, "tns")[0]["status"] == "running"
+
+
 # --- one host name, two machines -------------------------------------------------------------------------
 
 
