@@ -54,8 +54,10 @@ def zombie_reason(holder: Holder) -> str | None:
         return f"no lockrun run can hold it ({holder.problem})"
     if holder.kernel_held:
         return None  # the kernel says a process holds it, whatever its namespace: alive
-    origin = host.Origin.of(holder.host, holder.boot_id, holder.pid, holder.pid_start, holder.pid_ns,
-                            holder.machine_id, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
+    # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
+    origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "", machine_id=holder.machine_id or "",
+                         pid_ns=holder.pid_ns, pid=holder.pid, pid_start=holder.pid_start,
+                         doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
     age = holder.heartbeat_age_s
     ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
     if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
