@@ -54,23 +54,26 @@ def zombie_reason(holder: Holder) -> str | None:
         return f"no lockrun run can hold it ({holder.problem})"
     if holder.kernel_held:
         return None  # the kernel says a process holds it, whatever its namespace: alive
-    # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
-    origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "", machine_id=holder.machine_id or "",
-                         pid_ns=holder.pid_ns, pid=holder.pid, pid_start=holder.pid_start,
-                         doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
     age = holder.heartbeat_age_s
     ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
-    if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
-            and age > ttl / 3 + renewal_margin(ttl)):
-        # Its machine id is ours, its boot is not, and it fell silent before this boot began
-        # (ages by the server's clock, uptime by our kernel's) and missed a renewal: so a live
-        # clone that copied /etc/machine-id is not mistaken for our own past.
-        return (f"its lockrun ran on this machine in an earlier boot (boot id {origin.boot_id[:8]}…);"
-                f" its last heartbeat was {age:.1f}s ago, before this boot")
-    if origin.process_gone():
-        if origin.pid_is_ours():
-            return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
-        return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
+    # Most holders name another machine: nothing of theirs but the heartbeat can be judged here.
+    legacy_here = holder.pid_ns is None and not holder.machine_id and holder.host == host.hostname()
+    if (holder.machine_id or "") == host.machine_id() or legacy_here:
+        # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
+        origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "",
+                             machine_id=holder.machine_id or "", pid_ns=holder.pid_ns, pid=holder.pid,
+                             pid_start=holder.pid_start, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
+        if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
+                and age > ttl / 3 + renewal_margin(ttl)):
+            # Its machine id is ours, its boot is not, and it fell silent before this boot began
+            # (ages by the server's clock, uptime by our kernel's) and missed a renewal: so a live
+            # clone that copied /etc/machine-id is not mistaken for our own past.
+            return (f"its lockrun ran on this machine in an earlier boot (boot id {origin.boot_id[:8]}…);"
+                    f" its last heartbeat was {age:.1f}s ago, before this boot")
+        if origin.process_gone():
+            if origin.pid_is_ours():
+                return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
+            return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
     if age is None or ttl is None:
         return None
     if age > 2 * ttl / 3 + renewal_margin(ttl):

@@ -242,13 +242,15 @@ class Holder(NamedTuple):
         slotted: bool = False,
         problem: str | None = None,
         foreign: bool = False,
+        now: datetime | None = None,
     ) -> Holder:
         """A Holder from a recorded description (Redis hash: bytes; local JSON: any JSON values).
 
         Survives any value: a field that is not what lockrun writes there is dropped
         (None) and named in ``problem``, so that ``status`` shows the holder as
         malformed instead of failing. ``token`` (the lock key's value) and ``pid`` (the
-        kernel's word, for a local lock) win over the description's own.
+        kernel's word, for a local lock) win over the description's own. ``now``: the clock
+        that stamped the heartbeat, for its age (see :meth:`with_age`).
         """
         info: dict[str, object] = {}
         for key, value in (fields or {}).items():
@@ -283,6 +285,7 @@ class Holder(NamedTuple):
             ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
             cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
             foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
+            heartbeat_age_s=seconds_since(times["heartbeat_at"], now) if now is not None else None,
         )
 
     def with_age(self, now: datetime | None) -> Holder:

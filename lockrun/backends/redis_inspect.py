@@ -65,8 +65,10 @@ def _raise_unless_data_errors(replies: list[Any]) -> None:
             raise reply
 
 
-def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = False) -> Holder:
-    """A holder from its lock token and its description (a hash, or an error reading it)."""
+def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = False,
+              now: datetime | None = None) -> Holder:
+    """A holder from its lock token and its description (a hash, or an error reading it); ``now``
+    is the server's TIME read with them, for the heartbeat's age."""
     problem = None
     if isinstance(token, bytes) and not is_utf8(token):
         # lockrun's owner tokens are hex: no lockrun lease holds this value.
@@ -78,7 +80,7 @@ def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = Fal
     elif not fields:
         problem = NO_DESCRIPTION
     return Holder.from_fields(name, fields, token=token, ttl_remaining_s=expiry_s(pttl), slotted=slotted,
-                              problem=problem)
+                              problem=problem, now=now)
 
 
 class RedisInspection:
@@ -179,7 +181,7 @@ class RedisInspection:
                 if isinstance(token, Exception) or int_or_none(pttl) == -1:
                     odd.append((name, "lock", pttl))
                 elif token is not None:
-                    found.append(described(name, token, pttl, fields).with_age(clock[name]))
+                    found.append(described(name, token, pttl, fields, now=clock[name]))
                 if isinstance(slots, Exception):
                     odd.append((name, "slots", None))
                 else:
@@ -232,7 +234,7 @@ class RedisInspection:
             slot_fields, times = replies[0::2], [server_time(reply) for reply in replies[1::2]]
         else:
             slot_fields, times = replies[:-1], [server_time(replies[-1])] * len(slotted)
-        return [described(name, member, int(score) - now_ms, fields, slotted=True).with_age(now)
+        return [described(name, member, int(score) - now_ms, fields, slotted=True, now=now)
                 for (name, member, score), fields, now in zip(slotted, slot_fields, times, strict=True)]
 
     def _odd_holders(self, odd: list[tuple[str, str, Any]], per_name: dict[str, list[Any]],
@@ -261,5 +263,5 @@ class RedisInspection:
                     problem=_wrong_type(keys.lock, kind, "string")))
                 continue
             token, _, fields = per_name[name][:3]
-            found.append(described(name, token, pttl, fields).with_problem(NO_EXPIRY).with_age(clock.get(name)))
+            found.append(described(name, token, pttl, fields, now=clock.get(name)).with_problem(NO_EXPIRY))
         return found
