@@ -500,8 +500,10 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
       lockrun status nightly-dump    # one lock, held or not
       lockrun status --json
 
-    A holder is a zombie when its process is gone from this host, or its
-    heartbeat has missed two renewals. A lock whose record lockrun did not
+    A holder is a zombie when its process is certainly gone (its pid in this
+    machine's boot and PID namespace, or an earlier boot of this machine), or
+    its heartbeat has missed two renewals by the Redis server's clock; a local
+    lock's holder never is. A lock whose record lockrun did not
     write is malformed, with the reason. A Redis that may evict keys
     (maxmemory-policy) is named in a warning line. Exits 69 when the backend is
     unreachable, after printing what the ledger knows. When this host's recent
@@ -530,7 +532,7 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
         render.print_json({"backend": backend.name, "locks": view.locks})
     else:
         render.status_table(backend.name, resolved.redacted_url or "", view.locks,
-                            unreachable=view.unreachable is not None)
+                            unreachable=view.unreachable is not None, notes=view.notes)
     if hint:
         _say(hint)
     for warning in evicting:

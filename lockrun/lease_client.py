@@ -69,6 +69,9 @@ class LeaseClient:
             "started_at": now,
             "heartbeat_at": now,
             "ttl_ms": str(int(self.ttl * 1000)),
+            # Which process "pid" is: a pid means something only in its PID namespace, on its machine.
+            "pid_ns": str(host.pid_ns() or ""),
+            "machine_id": host.machine_id(),
         }
 
     def acquire(

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 SQL_ERRORS = (sqlite3.Error, OverflowError)
 # The columns of ``history --json``, in the order every reader prints them (the fleet record's too).
 PUBLIC_FIELDS = ROW_FIELDS
-_SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id FROM runs"
+_SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id, pid_ns, machine_id FROM runs"
 
 
 class RunRecord(NamedTuple):
@@ -60,6 +60,8 @@ class RunRecord(NamedTuple):
     fencing_token: int | None = None
     backend_where: str | None = None  # the Redis URL without credentials, or the local state directory
     backend_from: str | None = None  # where that setting came from: --redis-url, LOCKRUN_REDIS_URL, a config file
+    pid_ns: int | None = None  # None: this process's PID namespace
+    machine_id: str | None = None  # None: this machine
 
 
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
@@ -92,9 +94,10 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: known_dead(host, boot_id, pid, pid_start): is a recorded lockrun process certainly gone?
-#: The rule is the caller's (host.known_dead); storage only hands over what was recorded.
-KnownDead = Callable[[Any, Any, Any, Any], bool]
+#: known_dead(host, boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
+#: certainly gone? The rule is the caller's (host.known_dead); storage only hands over what was
+#: recorded (of any type: a ledger may have been written by anyone).
+KnownDead = Callable[[Any, Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
 #: A run as ``history --json`` shows it (PUBLIC_FIELDS; see _row_to_dict for each one's type).
 RunRow = dict[str, Any]
 
@@ -113,7 +116,8 @@ def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> RunRo
     item["lock_lost_at_release"] = bool(lost) if isinstance(lost, int) and lost in (0, 1) else None
     item["command"] = _command_list(row["command"])
     if (item["status"] == Status.RUNNING and known_dead is not None
-            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"])):
+            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"],
+                           row["machine_id"])):
         item["status"] = Status.ABANDONED  # its lockrun process is gone: it will never finish
     return item
 
@@ -186,8 +190,8 @@ class Ledger:
     def start(self, run: RunRecord) -> None:
         self._write(
             "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
-            " started_at, once_key, fencing_token, backend_where, backend_from)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.name,
@@ -203,6 +207,8 @@ class Ledger:
                 run.fencing_token,
                 run.backend_where,
                 run.backend_from,
+                run.pid_ns or this_host.pid_ns(),
+                run.machine_id or this_host.machine_id() or None,
             ),
         )
 

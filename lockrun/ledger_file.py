@@ -31,7 +31,11 @@ NOTABLE = f"status NOT IN ('{Status.RUNNING}', '{Status.SUCCEEDED}')"  # failure
 FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.DUPLICATE}',"
                 f" '{Status.UNLOCKED}')")
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
+
+#: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
+LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
+
 
 #: Each schema version: the statements that take the ledger to it from the version before.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -123,6 +127,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (name, flag)
         ) WITHOUT ROWID
         """,
+    ),
+    # Which process a row's pid is: the inode of its PID namespace and the machine's machine-id(5).
+    # A pid means that process only in that namespace, on that machine, in that boot; a host name
+    # proves neither (host.known_dead). Older rows keep NULL and are judged as before, carefully.
+    8: (
+        "ALTER TABLE runs ADD COLUMN pid_ns INTEGER",
+        "ALTER TABLE runs ADD COLUMN machine_id TEXT",
     ),
 }
 

@@ -16,6 +16,7 @@ from itertools import compress
 from operator import itemgetter, not_
 from typing import TYPE_CHECKING, Any
 
+from lockrun.ledger_file import LIVENESS_COLUMNS
 from lockrun.record import NOT_A_RUN, Status
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ DETAIL = ", host, run_id, exit_code, exit_status, signal"
 
 def open_sql(columns: str, host_filter: str) -> str:
     """A name's rows without an end (skips aside), with what it takes to tell whether their
-    lockrun is still alive after ``columns`` (host, boot id, pid, pid start)."""
+    lockrun is still alive after ``columns`` (LIVENESS_COLUMNS: host, boot id, pid, ...)."""
     return (
-        f"SELECT {columns}, host, boot_id, pid, pid_start FROM runs WHERE name = :name AND ended_at IS NULL"
+        f"SELECT {columns}, {LIVENESS_COLUMNS} FROM runs WHERE name = :name AND ended_at IS NULL"
         f" AND started_at < :until AND typeof(started_at) = 'text' AND status NOT IN {SKIPS}{host_filter}"
         " ORDER BY started_at"
     )
@@ -50,7 +51,7 @@ def open_sql(columns: str, host_filter: str) -> str:
 def open_status(row: Row, width: int, known_dead: KnownDead | None) -> Any:
     """A ``running`` row (of ``open_sql``) whose lockrun process is gone is ``abandoned``: it will
     never finish. ``width``: the columns before the liveness ones."""
-    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 4]):
+    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 6]):
         return Status.ABANDONED
     return row[2]
 

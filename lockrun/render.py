@@ -112,7 +112,9 @@ def exit_text(row: Row) -> str:
     return f"{status} ({command})" if command else status
 
 
-def status_table(backend: str, where: str, locks: list[LockEntry], unreachable: bool = False) -> None:
+def status_table(
+    backend: str, where: str, locks: list[LockEntry], unreachable: bool = False, notes: Sequence[str] = (),
+) -> None:
     from rich.markup import escape
 
     console = _console()
@@ -147,6 +149,8 @@ def status_table(backend: str, where: str, locks: list[LockEntry], unreachable: 
     for lock in locks:
         if lock.get("problem"):  # data lockrun did not write: say what, under the table
             console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
+    for note in notes:  # about a holder: where its pid means something
+        console.print(_styled(note, None))
 
 
 def history_table(rows: list[Row]) -> None:

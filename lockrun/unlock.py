@@ -52,6 +52,7 @@ class Inspection(NamedTuple):
             f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
             f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago;"
             f" lease expires in {human_duration(h.ttl_remaining_s)}",
+            *([f"  note:      {h.note}"] if h.note else []),
         ]
         if h.foreign:
             lines.append("  state:     malformed: not a lockrun lease, nothing lockrun started runs under it")
@@ -61,6 +62,8 @@ class Inspection(NamedTuple):
             lines.append(f"  state:     zombie: {self.zombie_reason}")
         elif h.problem:
             lines.append("  state:     malformed, and nothing shows that its holder is gone: it may still run")
+        elif h.kernel_held:
+            lines.append("  state:     live: a process holds its kernel lock")
         else:
             lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
         return lines
@@ -69,10 +72,10 @@ class Inspection(NamedTuple):
 def inspect_all(backend: Backend, name: str) -> list[Inspection]:
     """Every holder of ``name`` (several under --slots), judged one by one."""
     found = []
-    for holder in backend.holders([name]):
-        age = seconds_since(holder.heartbeat_at)
-        reason = None if holder.cooling_until else zombie_reason(holder, age)
-        found.append(Inspection(name=name, holder=holder, heartbeat_age_s=age, zombie_reason=reason))
+    for holder in backend.holders([name]):  # with its heartbeat's age by the server's clock
+        reason = None if holder.cooling_until else zombie_reason(holder)
+        found.append(Inspection(name=name, holder=holder, heartbeat_age_s=holder.heartbeat_age_s,
+                                zombie_reason=reason))
     return found
 
 
@@ -102,7 +105,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
         command=argv,
         backend=backend.name,
         started_at=utc_now_iso(),
-        pid_start=host.process_start(os.getpid()),
+        pid_start=host.own_start(),
     )
     # The same row the ledger keeps, for every host to see in the fleet record (Redis).
     shared = FleetRecord({

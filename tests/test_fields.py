@@ -19,13 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockrun.cli import main
-from lockrun.host import boot_id, hostname
+from lockrun.host import boot_id, hostname, machine_id, pid_ns
 from lockrun.ledger import Ledger, RunRecord
 from lockrun.record import Status
 from tests.conftest import REDIS_SERVER, RedisServer
 
 FIELDS = ("token", "run_id", "host", "boot_id", "pid", "pid_start", "child_pid", "command", "started_at",
-          "heartbeat_at", "ttl_ms", "fencing_token", "cooling_until", "cooling_until_epoch", "name")
+          "heartbeat_at", "ttl_ms", "fencing_token", "cooling_until", "cooling_until_epoch", "name", "pid_ns",
+          "machine_id")
 PROPERTY_SETTINGS = settings(max_examples=40, deadline=None,
                              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -40,7 +41,8 @@ NEAR_MISSES = [
 
 
 def near_miss_text():
-    return st.one_of(st.sampled_from(NEAR_MISSES + [hostname(), boot_id()]), st.text(max_size=40))
+    return st.one_of(st.sampled_from(NEAR_MISSES + [hostname(), boot_id(), machine_id(), str(pid_ns())]),
+                     st.text(max_size=40))
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:

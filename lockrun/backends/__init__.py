@@ -14,10 +14,13 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from lockrun.clock import parse_iso
+from lockrun.clock import parse_iso, seconds_since
 from lockrun.record import Row
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 # What a renewal found.
 RENEWED = "renewed"
@@ -126,8 +129,10 @@ MAX_TEXT = 1024  # longer text fields are cut (a host name has at most 255 chara
 _INTEGER_RE = re.compile(r"-?\d{1,40}")
 _TEXT_FIELDS = ("token", "run_id", "host", "boot_id")
 _TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until")
+NS_INODE_MAX = (1 << 32) - 1  # a namespace's inode is 32-bit
 _INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, INT64_MAX),
-               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX)}
+               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX), "pid_ns": (1, NS_INODE_MAX)}
+_MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lower-case hex digits
 
 
 class _Unusable(ValueError):
@@ -193,6 +198,13 @@ def _as_time(value: object) -> str | None:
     return text
 
 
+def _as_machine_id(value: object) -> str | None:
+    text = _as_text(value)
+    if text is not None and not _MACHINE_ID_RE.fullmatch(text):
+        raise _Unusable(f"{text[:40]!r} is not a machine id (32 hex digits)")
+    return text
+
+
 def written_by_others(what: str) -> str:
     """A ``problem`` of a record lockrun did not write, as both backends word it."""
     return f"{what}: written by something other than lockrun"
@@ -223,6 +235,12 @@ class Holder(NamedTuple):
     slotted: bool = False  # one of the holders of a --slots lock
     problem: str | None = None  # why this record is malformed (data lockrun did not write), or None
     foreign: bool = False  # not a lockrun lease at all (a key of another type): nothing lockrun runs under it
+    pid_ns: int | None = None  # the inode of the holder's PID namespace: its pid means that process only there
+    machine_id: str | None = None  # machine-id(5) of the holder's machine (None: not recorded or unreadable)
+    unusable: tuple[str, ...] = ()  # the fields whose recorded values were unusable (named in ``problem``)
+    heartbeat_age_s: float | None = None  # since the last heartbeat, by the clock that stamped it (with_age)
+    kernel_held: bool = False  # a kernel lock (local backend) that a live process holds: never a zombie
+    note: str | None = None  # something to tell the operator about the holder (another PID namespace)
 
     @classmethod
     def from_fields(
@@ -236,35 +254,41 @@ class Holder(NamedTuple):
         slotted: bool = False,
         problem: str | None = None,
         foreign: bool = False,
+        now: datetime | None = None,
     ) -> Holder:
         """A Holder from a recorded description (Redis hash: bytes; local JSON: any JSON values).
 
         Survives any value: a field that is not what lockrun writes there is dropped
         (None) and named in ``problem``, so that ``status`` shows the holder as
         malformed instead of failing. ``token`` (the lock key's value) and ``pid`` (the
-        kernel's word, for a local lock) win over the description's own.
+        kernel's word, for a local lock) win over the description's own. ``now``: the clock
+        that stamped the heartbeat, for its age (see :meth:`with_age`).
         """
         info: dict[str, object] = {}
         for key, value in (fields or {}).items():
             info[key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)] = value
         problems = [problem] if problem else []
+        unusable: list[str] = []
 
         def parsed(key: str, parse: Callable[[object], _Parsed], empty: _Parsed) -> _Parsed:
             try:
                 return parse(info.get(key))
             except _Unusable as exc:
                 problems.append(f"{key}: {exc}")
+                unusable.append(key)
                 return empty
 
         texts = {key: parsed(key, _as_text, None) for key in _TEXT_FIELDS}
         times = {key: parsed(key, _as_time, None) for key in _TIME_FIELDS}
         ints = {key: parsed(key, _int_between(low, high), None) for key, (low, high) in _INT_FIELDS.items()}
         command: list[str] = parsed("command", _as_command, [])
+        machine: str | None = parsed("machine_id", _as_machine_id, None)
         if token is not None:
             lock_token = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
             if texts["token"] is not None and texts["token"] != lock_token:
                 problems.append("its description names another token")
                 texts, times, ints, command = dict.fromkeys(texts), dict.fromkeys(times), dict.fromkeys(ints), []
+                machine = None
             texts["token"] = lock_token
         return cls(
             name=name, token=texts["token"], run_id=texts["run_id"], host=texts["host"], boot_id=texts["boot_id"],
@@ -272,8 +296,16 @@ class Holder(NamedTuple):
             command=command, started_at=times["started_at"], heartbeat_at=times["heartbeat_at"],
             ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
             cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
-            foreign=foreign,
+            foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
+            heartbeat_age_s=seconds_since(times["heartbeat_at"], now) if now is not None else None,
         )
+
+    def with_age(self, now: datetime | None) -> Holder:
+        """This holder with its heartbeat's age as of ``now``, on the clock that stamped the
+        heartbeat: for Redis the server's TIME, read in the same inspection, never this host's
+        clock. ``now`` None (that clock could not be read): no age, so no judgement by it."""
+        age = seconds_since(self.heartbeat_at, now) if now is not None else None
+        return self._replace(heartbeat_age_s=age)
 
     def with_problem(self, problem: str | None) -> Holder:
         """This holder with ``problem`` named first among its problems."""

@@ -4,15 +4,23 @@ The kernel says which process holds a lock file (``F_GETLK``); the description s
 who that is, if it is that process's own. A lock file of a long name is named by a hash,
 and its description names the lock. Whatever is not a lock file (a link, a FIFO) comes
 back as a holder with a ``problem``: one bad file must not hide every other lock.
+
+``F_GETLK`` gives the holder's pid as our PID namespace sees it: the same number as the
+description's when both are in one namespace, another number for a holder in a namespace
+below ours (a container, ``unshare --pid``: /proc says which namespace and which pid there),
+and 0 for one we cannot see at all (in a namespace beside or above ours). Whatever the
+namespace, a process holds the kernel lock: the holder is alive.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
+from lockrun import host
 from lockrun.backends import Holder, written_by_others
 from lockrun.backends.local_files import HASHED, LOCK_SUFFIX, SLOT_MARK, LockFiles, file_name, lock_holder_pid
 from lockrun.backends.local_records import LockRecords, cooling, read_description
@@ -37,12 +45,35 @@ def holder_of(records: LockRecords, name: str, fd: int, slot: int | None = None)
     pid = lock_holder_pid(fd)
     info = records.read(name, slot)
     if pid is None:
-        return cooling(name, info) if slot is None else None
-    if str(info.get("pid")) != str(pid):
-        info = {}  # the description is the previous holder's: the new one has not written yet
+        holder = cooling(name, info) if slot is None else None
+        return holder.with_age(datetime.now(timezone.utc)) if holder is not None else None
     # A kernel lock does not expire (no TTL left), and cooling_until means nothing while it is held.
     info = {key: value for key, value in info.items() if key != "cooling_until"}
-    return Holder.from_fields(name, info, pid=pid, slotted=slot is not None)
+    described = Holder.from_fields(name, info, slotted=slot is not None)
+    note = _other_namespace(pid, described)
+    if note is not None:  # its description, and its pid as it recorded it (it means nothing here)
+        holder = described._replace(note=note)
+    elif pid > 0 and str(info.get("pid")) == str(pid):
+        holder = Holder.from_fields(name, info, pid=pid, slotted=slot is not None)
+    else:  # the description is the previous holder's: the new one has not written yet
+        holder = Holder.from_fields(name, {}, pid=pid or None, slotted=slot is not None)
+    # One kernel, one clock: the heartbeat's age is read on this host's.
+    return holder._replace(kernel_held=True).with_age(datetime.now(timezone.utc))
+
+
+def _other_namespace(pid: int, described: Holder) -> str | None:
+    """A note when the lock's holder (``pid``, as ``F_GETLK`` reports it to us: 0 for a process
+    we cannot see) is the writer of ``described`` and runs in another PID namespace; else None."""
+    if described.pid_ns is None or described.pid_ns == host.pid_ns() or described.pid is None:
+        return None
+    where = f"it runs in another PID namespace (pid:[{described.pid_ns}])"
+    if pid == 0:
+        # The kernel shows us a holder it will not name: one in a namespace we cannot see into,
+        # as the description says of its writer. (Nothing more can be checked from here.)
+        return f"{where}, which this one cannot see into"
+    if host.pid_there(pid) == (described.pid_ns, described.pid):
+        return f"{where}; here it is pid {pid}"
+    return None
 
 
 class LocalInspection:

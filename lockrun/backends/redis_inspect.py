@@ -6,11 +6,16 @@ batches by a pipeline of GET, PTTL, HGETALL and slot listing per name, then one 
 slot, so ten thousand locks cost a few round trips. Keys someone else wrote (another type, no
 TTL, no description) come back as holders with a ``problem``: one bad key must not hide every
 other lock.
+
+Every holder's heartbeat age is measured against the TIME of the server that stamped it, read
+with it (by the batch script, at the end of the pipeline, or, in a Redis Cluster, by a TIME per
+name on the name's own node): no host's clock is ever compared with another's.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -26,7 +31,17 @@ NO_EXPIRY = written_by_others("the lock key has no expiry (lockrun always sets o
 NO_DESCRIPTION = "no holder description (its info hash is missing)"
 NOT_A_TOKEN = written_by_others("the lock's value is not UTF-8 text, so no lockrun owner token")
 
-#: The replies read per name in the first pipeline of :meth:`RedisInspection.holders`.
+#: The server's clock, read on the node that holds a key (a Redis Cluster pipeline has no TIME).
+TIME_SCRIPT = "return redis.call('TIME')"
+
+
+def server_time(reply: Any) -> datetime | None:
+    """A TIME reply ([seconds, microseconds]) as a UTC time; None when it is not one."""
+    try:
+        seconds, micros = (int(part) for part in reply)
+        return datetime.fromtimestamp(seconds + micros / 1e6, timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def _wrong_type(key: str, kind: str, expected: str) -> str:
@@ -50,8 +65,10 @@ def _raise_unless_data_errors(replies: list[Any]) -> None:
             raise reply
 
 
-def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = False) -> Holder:
-    """A holder from its lock token and its description (a hash, or an error reading it)."""
+def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = False,
+              now: datetime | None = None) -> Holder:
+    """A holder from its lock token and its description (a hash, or an error reading it); ``now``
+    is the server's TIME read with them, for the heartbeat's age."""
     problem = None
     if isinstance(token, bytes) and not is_utf8(token):
         # lockrun's owner tokens are hex: no lockrun lease holds this value.
@@ -63,7 +80,7 @@ def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = Fal
     elif not fields:
         problem = NO_DESCRIPTION
     return Holder.from_fields(name, fields, token=token, ttl_remaining_s=expiry_s(pttl), slotted=slotted,
-                              problem=problem)
+                              problem=problem, now=now)
 
 
 class RedisInspection:
@@ -121,13 +138,15 @@ class RedisInspection:
 
     def _holders(self, names: list[str], may_have_slots: set[str]) -> list[Holder]:
         client = self._connection.client
+        cluster = self._connection.is_cluster
         seconds, micros = client.time()
         now_ms = seconds * 1000 + micros // 1000
         found: list[Holder] = []
         for start in range(0, len(names), SCAN_BATCH):
             batch = names[start : start + SCAN_BATCH]
-            replies = None if may_have_slots.intersection(batch) else self._read_plain_batch(batch)
-            if replies is None:
+            read = None if may_have_slots.intersection(batch) else self._read_plain_batch(batch)
+            clock: dict[str, datetime | None] = {}  # each name's server TIME, read with its keys
+            if read is None:
                 pipe = client.pipeline(transaction=False)
                 for name in batch:
                     keys = self._keys(name)
@@ -136,39 +155,52 @@ class RedisInspection:
                     pipe.hgetall(keys.info)
                     if name in may_have_slots:
                         pipe.zrangebyscore(keys.slots, now_ms + 1, "+inf", withscores=True)
+                    if cluster:
+                        pipe.execute_command("EVAL", TIME_SCRIPT, 1, keys.lock)  # (no .eval in a cluster pipeline)
+                if not cluster:
+                    pipe.time()
                 replies = pipe.execute(raise_on_error=False)
+                if not cluster:
+                    clock = dict.fromkeys(batch, server_time(replies.pop()))
+            else:
+                replies, now = read
+                clock = dict.fromkeys(batch, now)
             _raise_unless_data_errors(replies)
             slotted: list[tuple[str, str, float]] = []
             odd: list[tuple[str, str, Any]] = []  # (name, which key, its PTTL reply)
             at = 0
             per_name: dict[str, list[Any]] = {}
             for name in batch:
-                width = 4 if name in may_have_slots else 3
-                token, pttl, fields, *rest = per_name[name] = replies[at : at + width]
+                width = 3 + (name in may_have_slots) + (read is None and cluster)
+                token, pttl, fields = per_name[name] = replies[at : at + 3]
+                rest = replies[at + 3 : at + width]
                 at += width
-                slots = rest[0] if rest else None
+                slots = rest[0] if name in may_have_slots else None
+                if read is None and cluster:
+                    clock[name] = server_time(rest[-1])
                 if isinstance(token, Exception) or int_or_none(pttl) == -1:
                     odd.append((name, "lock", pttl))
                 elif token is not None:
-                    found.append(described(name, token, pttl, fields))
+                    found.append(described(name, token, pttl, fields, now=clock[name]))
                 if isinstance(slots, Exception):
                     odd.append((name, "slots", None))
                 else:
                     slotted += [(name, text(member), score) for member, score in slots or []]
-            found += self._odd_holders(odd, per_name)
+            found += self._odd_holders(odd, per_name, clock)
             found += self._slot_holders(slotted, now_ms)
         return found
 
-    def _read_plain_batch(self, batch: list[str]) -> list[Any] | None:
+    def _read_plain_batch(self, batch: list[str]) -> tuple[list[Any], datetime | None] | None:
         """The replies the pipeline gives for a batch of plain locks (GET, PTTL and HGETALL of
-        each), read by READ_LOCKS_SCRIPT in one call, which also reads each name's fleet
-        ``last`` into :attr:`prefetched_lasts`; None where the script cannot serve (a Redis
-        Cluster, a server without it, values that are not UTF-8): the caller pipelines."""
+        each) and the server's TIME, read by READ_LOCKS_SCRIPT in one call, which also reads
+        each name's fleet ``last`` into :attr:`prefetched_lasts`; None where the script cannot
+        serve (a Redis Cluster, a server without it, values that are not UTF-8): the caller
+        pipelines."""
         if self._connection.is_cluster:
             return None
         keys = [key for keys_of in map(self._keys, batch) for key in (keys_of.lock, keys_of.info, keys_of.last)]
         try:
-            rows = json.loads(self._connection.client.eval(READ_LOCKS_SCRIPT, len(keys), *keys))
+            rows, now = json.loads(self._connection.client.eval(READ_LOCKS_SCRIPT, len(keys), *keys))
         except (ResponseError, ValueError, TypeError):  # ValueError: json.loads of text that is not UTF-8
             return None
         if not isinstance(rows, list) or len(rows) != len(batch):
@@ -180,21 +212,33 @@ class RedisInspection:
             token, pttl, info, last_row, last_success = (_as_reply(value) for value in row)
             replies += [token, pttl, info]
             self.prefetched_lasts[name] = (last_row, last_success)
-        return replies
+        return replies, server_time(now)
 
     def _slot_holders(self, slotted: list[tuple[str, str, float]], now_ms: int) -> list[Holder]:
-        """One holder per live slot (name, owner token, expiry score): its info hash, pipelined."""
+        """One holder per live slot (name, owner token, expiry score): its info hash, pipelined,
+        with the server's TIME after it (in a Redis Cluster, each slot's node's)."""
         if not slotted:
             return []
+        cluster = self._connection.is_cluster
         pipe = self._connection.client.pipeline(transaction=False)
         for name, member, _ in slotted:
-            pipe.hgetall(self._keys(name).slot_info(member))
-        slot_fields = pipe.execute(raise_on_error=False)
-        _raise_unless_data_errors(slot_fields)
-        return [described(name, member, int(score) - now_ms, fields, slotted=True)
-                for (name, member, score), fields in zip(slotted, slot_fields, strict=True)]
+            info_key = self._keys(name).slot_info(member)
+            pipe.hgetall(info_key)
+            if cluster:
+                pipe.execute_command("EVAL", TIME_SCRIPT, 1, info_key)
+        if not cluster:
+            pipe.time()
+        replies = pipe.execute(raise_on_error=False)
+        _raise_unless_data_errors(replies)
+        if cluster:
+            slot_fields, times = replies[0::2], [server_time(reply) for reply in replies[1::2]]
+        else:
+            slot_fields, times = replies[:-1], [server_time(replies[-1])] * len(slotted)
+        return [described(name, member, int(score) - now_ms, fields, slotted=True, now=now)
+                for (name, member, score), fields, now in zip(slotted, slot_fields, times, strict=True)]
 
-    def _odd_holders(self, odd: list[tuple[str, str, Any]], per_name: dict[str, list[Any]]) -> list[Holder]:
+    def _odd_holders(self, odd: list[tuple[str, str, Any]], per_name: dict[str, list[Any]],
+                     clock: dict[str, datetime | None]) -> list[Holder]:
         """Holders for lock keys of another type or without a TTL, and slots keys of another type."""
         if not odd:
             return []
@@ -219,5 +263,5 @@ class RedisInspection:
                     problem=_wrong_type(keys.lock, kind, "string")))
                 continue
             token, _, fields = per_name[name][:3]
-            found.append(described(name, token, pttl, fields).with_problem(NO_EXPIRY))
+            found.append(described(name, token, pttl, fields, now=clock.get(name)).with_problem(NO_EXPIRY))
         return found

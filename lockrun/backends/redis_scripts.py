@@ -174,6 +174,31 @@ local function evicting_policy(evicts)
 end
 """
 
+# The holder's heartbeat is the server's TIME, never the holder's clock: heartbeat(info_key)
+# writes it to the info hash as ISO 8601 UTC (microseconds), which `status` and `unlock` measure
+# against the server's TIME of their own inspection, so that no two hosts' clocks are compared
+# (README "Redis keys"). The civil date of a day count: H. Hinnant's civil_from_days.
+HEARTBEAT_LUA = """
+local function iso_utc(s, us)
+  local rest = s % 86400
+  local z = (s - rest) / 86400 + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, us)
+end
+local function heartbeat(key)
+  local t = redis.call('TIME')
+  redis.call('HSET', key, 'heartbeat_at', iso_utc(tonumber(t[1]), tonumber(t[2])))
+end
+"""
+
 # Take the lock, advance the fence and describe the holder, all or nothing; record the start
 # (or count a busy or duplicate outcome) in the fleet record.
 # KEYS: lock, info, fence, preempt, slots, runs, counts[, done[, once_tz]]. ARGV: token, ttl_ms,
@@ -191,7 +216,7 @@ end
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
 # INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + """
+ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
@@ -213,6 +238,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[3], string.format('%.0f', fence))
   redis.call('DEL', KEYS[2], KEYS[4])
   redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
+  heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   record_start(KEYS[6], ARGV[4], ARGV[5], fence, 9)
   return {1, fence, evicting_policy(evicts)}
@@ -223,13 +249,16 @@ end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
-# Reset (never add to) the lease if the token is still ours; record the heartbeat.
-# KEYS: lock, info, preempt. ARGV: token, ttl_ms, heartbeat_at, child_pid.
+# Reset (never add to) the lease if the token is still ours; stamp the heartbeat with the
+# server's TIME (HEARTBEAT_LUA; TIME before a write needs effects replication on Redis < 5).
+# KEYS: lock, info, preempt. ARGV: token, ttl_ms, child_pid.
 # Returns 1 renewed, 2 renewed but another run asked to replace us (--replace), 0 lost.
-RENEW_SCRIPT = """
+RENEW_SCRIPT = HEARTBEAT_LUA + """
+redis.replicate_commands()
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('HSET', KEYS[2], 'heartbeat_at', ARGV[3], 'child_pid', ARGV[4])
+  redis.call('HSET', KEYS[2], 'child_pid', ARGV[3])
+  heartbeat(KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   if redis.call('EXISTS', KEYS[3]) == 1 then
     return 2
@@ -288,7 +317,7 @@ return 0
 # another N (1: as a plain lock); {-2, ...}, {-3, zone} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + """
+SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
@@ -328,14 +357,16 @@ local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(t[1]) * 10
 redis.call('SET', KEYS[3], string.format('%.0f', fence))
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
+heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
 record_start(KEYS[6], ARGV[5], ARGV[6], fence, 10)
 return {1, fence, evicting_policy(evicts)}
 """
 
-# Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired.
-# KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, heartbeat_at, child_pid. Returns 1 or 0.
-SLOTS_RENEW_SCRIPT = """
+# Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired; stamp
+# the heartbeat with the server's TIME (HEARTBEAT_LUA).
+# KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, child_pid. Returns 1 or 0.
+SLOTS_RENEW_SCRIPT = HEARTBEAT_LUA + """
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -347,7 +378,8 @@ redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('PEXPIRE', KEYS[2], keep)
-redis.call('HSET', KEYS[3], 'heartbeat_at', ARGV[3], 'child_pid', ARGV[4])
+redis.call('HSET', KEYS[3], 'child_pid', ARGV[3])
+heartbeat(KEYS[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1
 """
@@ -448,8 +480,10 @@ def acquire_call(
 
 
 def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int | None) -> ScriptCall:
-    """RENEW_SCRIPT, or SLOTS_RENEW_SCRIPT for a --slots lease."""
-    args: list[Arg] = [lease.token, ms(lease.ttl), heartbeat_at, child_pid or ""]
+    """RENEW_SCRIPT, or SLOTS_RENEW_SCRIPT for a --slots lease. ``heartbeat_at`` (the holder's own
+    clock, which the local backend records) is not sent: the script stamps the server's TIME."""
+    del heartbeat_at
+    args: list[Arg] = [lease.token, ms(lease.ttl), child_pid or ""]
     if lease.slots > 1:
         return ScriptCall(SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args)
     return ScriptCall(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args)
@@ -508,7 +542,8 @@ def clear_foreign_call(keys: LockKeys) -> ScriptCall:
 # redis-py parses one by one in Python (bench/NOTES.md, "Status with last runs"). A key of the
 # wrong type reads as {"err": ...} (lock, info) or as no last run. KEYS: lock, info, last of each
 # name. Not for a Redis Cluster (the names' keys live in different slots); a value that is not
-# UTF-8 makes json.loads fail, and the caller then reads that batch the ordinary way.
+# UTF-8 makes json.loads fail, and the caller then reads that batch the ordinary way. Returns
+# {rows, TIME}: the server's clock at the read, which the heartbeats' ages are measured against.
 READ_LOCKS_SCRIPT = """
 local out = {}
 for i = 1, #KEYS, 3 do
@@ -526,6 +561,6 @@ for i = 1, #KEYS, 3 do
   if last.err then last = {false, false} end
   out[#out + 1] = {token, redis.call('PTTL', KEYS[i]), info, last[1], last[2]}
 end
-return cjson.encode(out)
+return cjson.encode({out, redis.call('TIME')})
 """
 
