@@ -250,6 +250,11 @@ def cli() -> None:
 @click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
 @click.option("--capture-tail", metavar="SIZE", type=SIZE,
               help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
+# Descendants that leave the command's group (README "What lockrun guarantees, and how": the command).
+@click.option("--keep-detached", is_flag=True,
+              help="Let processes that leave the command's process group (setsid, double forks, daemons) run on "
+                   "after the run: they are not stopped, and outlive the lock's protection. By default everything "
+                   "the command started is stopped, and reaped, before the lock is released.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
 @global_options
@@ -261,6 +266,7 @@ def run(
     slots: int, min_hold: float | None, replace: bool, replicas: int | str | None, metrics_file: str | None,
     notify_urls: tuple[str, ...], notify_on: tuple[str, ...], notify_format: str, ping_url: str | None,
     ping_on_busy: bool, capture_tail: int | None, verbose: bool, quiet: bool, command: tuple[str, ...],
+    keep_detached: bool,
 ) -> NoReturn:
     """Run COMMAND while holding the lock NAME.
 
@@ -310,6 +316,7 @@ def run(
         replace=replace,
         slots=slots,
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
+        keep_detached=keep_detached,
     )
 
     # `lockrun -v status`: a run option first makes `status` the command to run. When no such
