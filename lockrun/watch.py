@@ -134,7 +134,10 @@ def watch(
             stop_reason = Status.TIMEOUT
             report("error", f"{name!r} ran past --timeout {timeout:g}s; stopping the command")
             supervisor.terminate(kill_at=now + kill_after)
+        was_killed = supervisor.killed
         supervisor.kill_if_due()
+        if supervisor.killed and not was_killed:
+            poll = DRAIN_POLL_S[0]  # what was just SIGKILLed is about to be gone: look again soon
         if supervisor.killed and backstop is not None:
             backstop.disarm()  # SIGKILL is sent: the command cannot outlive the lease any more
         wake_at = [supervisor.kill_at]
