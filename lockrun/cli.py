@@ -210,7 +210,8 @@ def cli() -> None:
               help=f"Grace in seconds ({settings.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
                    "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
-              help="What to do when the lease cannot be kept.")
+              help="What to do when the lease cannot be kept (a --replace by another run always stops the "
+                   "command).")
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
