@@ -148,11 +148,13 @@ class RunCgroup:
             return False
 
     def remove(self, wait: float = 1.0) -> bool:
-        """Remove the (empty) cgroup; the kernel may take a moment after its last process exited."""
+        """Remove the (empty) cgroup, and any the command made below it (a lockrun run by the
+        command makes its own there); the kernel may take a moment after the last process exited."""
         deadline = time.monotonic() + wait
         delay = 0.001
         while True:
             try:
+                _remove_children(self.path)
                 os.rmdir(self.path)
                 return True
             except FileNotFoundError:
@@ -162,6 +164,15 @@ class RunCgroup:
                     return False
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+def _remove_children(path: str) -> None:
+    """rmdir the cgroups below ``path``, deepest first (a cgroup directory holds only files otherwise)."""
+    with os.scandir(path) as entries:
+        below = [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for child in below:
+        _remove_children(child)
+        os.rmdir(child)
 
 
 class Adopter:

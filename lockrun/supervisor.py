@@ -432,6 +432,8 @@ class Supervisor:
         if self._adopter is not None:
             self._adopter.stop()  # once reaped, the command's pid may be reused: no more moves
         _, status = os.waitpid(self.pid, 0)
+        # ... and its group id too, once the group is empty: signals to lockrun no longer go there.
+        self.signals.forward_to(None)
         code = os.waitstatus_to_exitcode(status)
         return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
 
