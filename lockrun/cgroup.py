@@ -14,11 +14,12 @@ containers, no permission, a threaded cgroup, a kernel without ``cgroup.kill``) 
 
 Moving a process between cgroups waits for an RCU grace period (one to two milliseconds on
 this project's machines, more on large ones, and it holds up every fork on the host meanwhile),
-so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread moves
-the command's process, prepared and blocked before its exec, and then whatever it forked before
-its move landed, until a walk of lockrun's tree finds nobody outside (what is forked after a
-process' move is born inside). A lockrun SIGKILLed within that first moment can leave behind
-what its command forked outside its process group in it.
+so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread makes
+the cgroup once the command has run for ``ADOPT_AFTER``, moves the command's process, and then
+whatever it forked before its move landed, until a walk of lockrun's tree finds nobody outside
+(what is forked after a process' move is born inside). A lockrun SIGKILLed within that first
+moment (about ten milliseconds and a grace period) can leave behind what its command forked
+outside its process group in it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from lockrun import descendants
 
 #: A bound on the adopter's walks: each one moves every process it finds outside the cgroup.
 ADOPT_ROUNDS = 100
+#: How long a command runs before it gets its cgroup: one that ends sooner (most of a busy
+#: crontab's) never pays for the cgroup or the grace period a move waits for.
+ADOPT_AFTER = 0.01
 
 CGROUP_PREFIX = "lockrun-"
 
@@ -176,52 +180,78 @@ def _remove_children(path: str) -> None:
 
 
 class Adopter:
-    """Moves the command's process and what it forked before its move into ``cgroup``, in a thread.
+    """The run's cgroup, made and filled beside the run, in a thread of its own.
 
-    ``root`` is lockrun (the subreaper: every descendant is in its tree); ``skip`` names lockrun's
-    children that are not the command's (the watchdog). Each process is checked to be the one
-    seen (its start time) right before it is moved, so that a pid reused meanwhile is left alone.
+    After ``ADOPT_AFTER`` (a command that ends sooner never costs a cgroup or a grace period),
+    it makes the cgroup, tells ``on_created`` (the watchdog), moves the command's process
+    ``first``, then walks lockrun's tree (``root``, the subreaper: every descendant is in it,
+    leaving out ``skip``, the watchdog) and moves what it finds outside, until a walk finds
+    nobody. Each process is checked to be the one seen (its start time) right before it is moved,
+    so that a pid reused meanwhile is left alone. :meth:`stop` ends the moves (the command is
+    being reaped); :meth:`close` also removes the cgroup.
     """
 
-    def __init__(self, cgroup: RunCgroup, root: int, first: int, skip: Callable[[], Iterable[int | None]]) -> None:
-        self.cgroup = cgroup
+    def __init__(self, root: int, first: int, skip: Callable[[], Iterable[int | None]],
+                 on_created: Callable[[str], None] = lambda path: None) -> None:
         self._root = root
         self._first = first
         self._skip = skip
+        self._on_created = on_created
+        self.cgroup: RunCgroup | None = None
         self.moved = 0
-        self.failed = False  # the kernel refused the first move: the cgroup holds nothing
+        self._lock = threading.Lock()  # the cgroup is made, or removed, under it: never both
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockrun-cgroup", daemon=True)
+
+    def current(self) -> RunCgroup | None:
+        return self.cgroup
 
     def start(self) -> None:
         try:
             self._thread.start()
-        except RuntimeError:  # no thread to be had: the run goes on without the cgroup, as where there is none
-            self.failed = True
+        except RuntimeError:  # no thread to be had: the run goes on without a cgroup, as where there is none
+            self._stop.set()
 
     def stop(self) -> None:
         """No more moves from now on (the command is being reaped: its pid may be reused)."""
         self._stop.set()
 
-    def _move(self, proc: descendants.Proc) -> bool:
+    def close(self) -> None:
+        """Stop, and remove the cgroup if it was made (everything in it is gone by now)."""
+        with self._lock:
+            self._stop.set()
+            cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
+
+    def _move(self, cgroup: RunCgroup, proc: descendants.Proc) -> bool:
         now = descendants.stat(proc.pid)
         if self._stop.is_set() or now is None or now.start != proc.start:
             return False
-        if self.cgroup.adopt(proc.pid):
+        if cgroup.adopt(proc.pid):
             self.moved += 1
             return True
         return False
 
     def _run(self) -> None:
-        first = descendants.stat(self._first)
-        if first is None or not self._move(first):
-            self.failed = True
+        if self._stop.wait(ADOPT_AFTER):
             return
+        first = descendants.stat(self._first)
+        with self._lock:
+            if self._stop.is_set() or first is None:
+                return
+            cgroup = RunCgroup.create()
+            if cgroup is None:
+                return
+            self.cgroup = cgroup
+            self._on_created(cgroup.path)
+        if not self._move(cgroup, first):
+            return  # refused (or already over): an empty cgroup, removed at the end
         for _ in range(ADOPT_ROUNDS):
             skip = [pid for pid in self._skip() if pid is not None]
             outside = [p for p in descendants.snapshot(self._root, skip)
-                       if p.state != "Z" and not self.cgroup.holds(p.pid)]
+                       if p.state != "Z" and not cgroup.holds(p.pid)]
             if not outside or self._stop.is_set():
                 return
             for proc in outside:
-                self._move(proc)
+                self._move(cgroup, proc)

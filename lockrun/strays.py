@@ -32,10 +32,11 @@ KILL_ROUNDS = 1000
 
 
 class Strays:
-    def __init__(self, root: int, skip: Callable[[], Iterable[int | None]], cgroup: RunCgroup | None = None) -> None:
+    def __init__(self, root: int, skip: Callable[[], Iterable[int | None]],
+                 cgroup: Callable[[], RunCgroup | None] = lambda: None) -> None:
         self.root = root  # lockrun itself: the subreaper whose tree holds them all
         self._skip = skip  # lockrun's own children that are not the command's (the watchdog)
-        self.cgroup = cgroup
+        self._cgroup = cgroup  # the run's cgroup, once it has one (cgroup.Adopter)
         self.found: dict[tuple[int, int], str] = {}  # (pid, start) -> command line, in the order found
         self._termed: set[tuple[int, int]] = set()
         self._killed: set[tuple[int, int]] = set()
@@ -80,8 +81,9 @@ class Strays:
             return 0
         if self.kill_sent_at is None:
             self.kill_sent_at = utc_now_iso()
-        if self.cgroup is not None:
-            self.cgroup.kill()  # all at once, forks in flight included; the walk below gets the rest
+        cgroup = self._cgroup()
+        if cgroup is not None:
+            cgroup.kill()  # all at once, forks in flight included; the walk below gets the rest
         sent = 0
         for _ in range(KILL_ROUNDS):
             fresh = [p for p in alive if (p.pid, p.start) not in self._killed]
@@ -105,7 +107,8 @@ class Strays:
         """True once no descendant is left, zombies included (lockrun's own are reaped by the caller)."""
         if self.snapshot():
             return False
-        return self.cgroup is None or not self.cgroup.populated()
+        cgroup = self._cgroup()
+        return cgroup is None or not cgroup.populated()
 
     def note(self) -> str | None:
         """What the ledger row says about them, or None when the command left nothing behind."""

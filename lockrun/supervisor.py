@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
-from lockrun.cgroup import Adopter, RunCgroup
+from lockrun.cgroup import Adopter
 from lockrun.descendants import proc_usable
 from lockrun.errors import CommandNotRunnable, ExitCode
 from lockrun.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
@@ -200,8 +200,7 @@ class Supervisor:
         self._subreaper = False
         self._reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
         self.orphans_reaped = 0
-        self._cgroup: RunCgroup | None = None
-        self._adopter: Adopter | None = None  # moves the command into the cgroup, beside the run
+        self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
         self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
         self._untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
 
@@ -263,12 +262,10 @@ class Supervisor:
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
         self.watchdog.arm(pid)
         if self._subreaper and proc_usable():
-            self._cgroup = RunCgroup.create()
-            if self._cgroup is not None:
-                self.watchdog.arm_cgroup(self._cgroup.path)
-                self._adopter = Adopter(self._cgroup, os.getpid(), pid, skip=lambda: (self.watchdog.pid,))
-                self._adopter.start()
-            self.strays = Strays(os.getpid(), skip=lambda: (self.watchdog.pid,), cgroup=self._cgroup)
+            self._adopter = Adopter(os.getpid(), pid, skip=lambda: (self.watchdog.pid,),
+                                    on_created=self.watchdog.arm_cgroup)
+            self._adopter.start()
+            self.strays = Strays(os.getpid(), skip=lambda: (self.watchdog.pid,), cgroup=self._adopter.current)
         elif self._subreaper:
             self._untracked = "/proc shows another PID namespace than lockrun's (unshare --pid without --mount-proc?)"
 
@@ -325,10 +322,7 @@ class Supervisor:
 
     def _remove_cgroup(self) -> None:
         if self._adopter is not None:
-            self._adopter.stop()
-        if self._cgroup is not None:
-            self._cgroup.remove()
-            self._cgroup = None
+            self._adopter.close()
 
     # -- stopping -----------------------------------------------------------------------
 

@@ -76,10 +76,11 @@ class Watchdog:
         self._process = None
 
     def _write(self, data: bytes) -> None:
-        if self._process is None or self._process.stdin is None:
+        process = self._process  # read once: the cgroup's thread (cgroup.Adopter) writes here too
+        if process is None or process.stdin is None:
             return
         try:
-            self._process.stdin.write(data)
-            self._process.stdin.flush()
+            process.stdin.write(data)
+            process.stdin.flush()
         except (OSError, ValueError):
             pass  # a dead watchdog only costs the grandchildren's protection
