@@ -14,8 +14,9 @@ containers, no permission, a threaded cgroup, a kernel without ``cgroup.kill``) 
 
 Moving a process between cgroups waits for an RCU grace period (one to two milliseconds on
 this project's machines, more on large ones, and it holds up every fork on the host meanwhile),
-so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread makes
-the cgroup once the command has run for ``ADOPT_AFTER``, moves the command's process, and then
+so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread, which
+the supervisor starts once the command has run for ``supervisor.ADOPT_AFTER`` (10 ms: a command
+that ends sooner never pays for it), makes the cgroup, moves the command's process, and then
 whatever it forked before its move landed, until a walk of lockrun's tree finds nobody outside
 (what is forked after a process' move is born inside). A lockrun SIGKILLed within that first
 moment (about ten milliseconds and a grace period) can leave behind what its command forked
@@ -34,9 +35,6 @@ from lockrun import descendants
 
 #: A bound on the adopter's walks: each one moves every process it finds outside the cgroup.
 ADOPT_ROUNDS = 100
-#: How long a command runs before it gets its cgroup: one that ends sooner (most of a busy
-#: crontab's) never pays for the cgroup or the grace period a move waits for.
-ADOPT_AFTER = 0.01
 
 CGROUP_PREFIX = "lockrun-"
 
@@ -182,8 +180,7 @@ def _remove_children(path: str) -> None:
 class Adopter:
     """The run's cgroup, made and filled beside the run, in a thread of its own.
 
-    After ``ADOPT_AFTER`` (a command that ends sooner never costs a cgroup or a grace period),
-    it makes the cgroup, tells ``on_created`` (the watchdog), moves the command's process
+    It makes the cgroup, tells ``on_created`` (the watchdog), moves the command's process
     ``first``, then walks lockrun's tree (``root``, the subreaper: every descendant is in it,
     leaving out ``skip``, the watchdog) and moves what it finds outside, until a walk finds
     nobody. Each process is checked to be the one seen (its start time) right before it is moved,
@@ -234,8 +231,6 @@ class Adopter:
         return False
 
     def _run(self) -> None:
-        if self._stop.wait(ADOPT_AFTER):
-            return
         first = descendants.stat(self._first)
         with self._lock:
             if self._stop.is_set() or first is None:
@@ -248,8 +243,7 @@ class Adopter:
         if not self._move(cgroup, first):
             return  # refused (or already over): an empty cgroup, removed at the end
         for _ in range(ADOPT_ROUNDS):
-            skip = [pid for pid in self._skip() if pid is not None]
-            outside = [p for p in descendants.snapshot(self._root, skip)
+            outside = [p for p in descendants.snapshot(self._root, self._skip())
                        if p.state != "Z" and not cgroup.holds(p.pid)]
             if not outside or self._stop.is_set():
                 return

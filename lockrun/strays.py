@@ -44,7 +44,7 @@ class Strays:
         self.kill_sent_at: str | None = None
 
     def snapshot(self) -> list[Proc]:
-        return descendants.snapshot(self.root, [pid for pid in self._skip() if pid is not None])
+        return descendants.snapshot(self.root, self._skip())
 
     def alive(self, outside_pgid: int | None = None) -> list[Proc]:
         """The descendants that still run (not zombies), only those outside ``outside_pgid`` if given."""

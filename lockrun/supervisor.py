@@ -38,20 +38,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
-from lockrun.cgroup import Adopter
-from lockrun.descendants import proc_usable
+from lockrun import descendants
 from lockrun.errors import CommandNotRunnable, ExitCode
 from lockrun.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
-from lockrun.strays import Strays
 from lockrun.watchdog import Watchdog
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER
     from lockrun.capture import OutputTail, Pump
+    from lockrun.cgroup import Adopter, RunCgroup
+    from lockrun.strays import Strays
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
 FINAL_SWEEP_S = 0.01
+#: How long a command runs before it gets a cgroup of its own (cgroup.py): one that ends sooner
+#: (most of a busy crontab's) never pays for the cgroup or the grace period a move waits for.
+ADOPT_AFTER = 0.01
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -194,13 +197,15 @@ class Supervisor:
         self.killed = False
         self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
         self._tty_fd: int | None = None
-        # The command's descendants outside itself, once it runs: None when lockrun cannot see them
-        # (--keep-detached, no subreaper, a /proc of another PID namespace); then only the group is killed.
-        self.strays: Strays | None = None
+        # Whether lockrun sees what leaves the command's group: not under --keep-detached, without a
+        # subreaper or with a /proc of another PID namespace; then only the group is killed.
+        self.tracks_descendants = False
+        self._strays: Strays | None = None  # what the command left behind or that left its group, once there is any
         self._subreaper = False
         self._reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
         self.orphans_reaped = 0
         self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
+        self.adopt_at: float | None = None  # when the command gets its cgroup (the main loop starts it)
         self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
         self._untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
 
@@ -261,11 +266,8 @@ class Supervisor:
         self.signals.forward_to(pid)
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
         self.watchdog.arm(pid)
-        if self._subreaper and proc_usable():
-            self._adopter = Adopter(os.getpid(), pid, skip=lambda: (self.watchdog.pid,),
-                                    on_created=self.watchdog.arm_cgroup)
-            self._adopter.start()
-            self.strays = Strays(os.getpid(), skip=lambda: (self.watchdog.pid,), cgroup=self._adopter.current)
+        if self._subreaper and descendants.proc_usable():
+            self.tracks_descendants = True
         elif self._subreaper:
             self._untracked = "/proc shows another PID namespace than lockrun's (unshare --pid without --mount-proc?)"
 
@@ -295,6 +297,8 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
+        if self.tracks_descendants:
+            self.adopt_at = self._clock() + ADOPT_AFTER
         if self._output_routes is not None and self.tail is not None:
             from lockrun.capture import Pump
 
@@ -316,7 +320,7 @@ class Supervisor:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         self.pid = self.pgid = None
-        self.strays = None
+        self.tracks_descendants = False
         self.signals.forward_to(None)
         self._remove_cgroup()
 
@@ -331,11 +335,37 @@ class Supervisor:
         if self.pgid is not None and self._command_exit is None:
             signal_group(self.pgid, signum)
 
+    def _skip(self) -> tuple[int | None, ...]:
+        return (self.watchdog.pid,)  # lockrun's child, not the command's
+
+    def _cgroup(self) -> RunCgroup | None:
+        return self._adopter.cgroup if self._adopter is not None else None
+
+    def _the_strays(self) -> Strays:
+        if self._strays is None:
+            from lockrun.strays import Strays
+
+            self._strays = Strays(os.getpid(), skip=self._skip, cgroup=self._cgroup)
+        return self._strays
+
+    def adopt_if_due(self) -> None:
+        """Give the command a cgroup of its own once it has run for ADOPT_AFTER (cgroup.py), in a
+        thread: called by the main loop, which wakes up for it."""
+        if self.adopt_at is None or self._clock() < self.adopt_at:
+            return
+        self.adopt_at = None
+        if self.pid is None or self._command_exit is not None:
+            return
+        from lockrun.cgroup import Adopter
+
+        self._adopter = Adopter(os.getpid(), self.pid, skip=self._skip, on_created=self.watchdog.arm_cgroup)
+        self._adopter.start()
+
     def terminate_strays(self) -> None:
         """SIGTERM the descendants that have not had it: while the command runs, those that left
         its group (the group gets its own signal); once it has exited, all of them."""
-        if self.strays is not None:
-            self.strays.terminate(outside_pgid=self.pgid if self._command_exit is None else None)
+        if self.tracks_descendants:
+            self._the_strays().terminate(outside_pgid=self.pgid if self._command_exit is None else None)
 
     def terminate(self, kill_at: float) -> None:
         """SIGTERM the group (and what left it) now and SIGKILL it at ``kill_at`` (monotonic) if still there.
@@ -360,8 +390,8 @@ class Supervisor:
     def kill_if_due(self) -> None:
         if self.kill_at is not None and self._clock() >= self.kill_at:
             self._signal_group(signal.SIGKILL)
-            if self.strays is not None:
-                self.strays.kill()
+            if self.tracks_descendants:
+                self._the_strays().kill()
             self.killed = True
             self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
 
@@ -392,31 +422,38 @@ class Supervisor:
     def command_exited(self) -> int:
         """The command has exited: reap it, and SIGTERM (or, past the kill, SIGKILL) whatever it
         left behind, in its group or not. Returns how many processes are left to wait for."""
-        assert self.pid is not None and self.strays is not None
+        assert self.pid is not None and self.tracks_descendants
         self._command_exit = self._reap_command()
-        left = self.strays.alive()
-        self.strays.record(left)
+        if self._strays is not None:
+            left = self._strays.alive()
+        else:  # the usual case, nothing was ever found: one walk, and nothing more to import
+            left = [p for p in descendants.snapshot(os.getpid(), self._skip()) if p.state != "Z"]
         if left:
+            strays = self._the_strays()
+            strays.record(left)
             if self.killed:
-                self.strays.kill()
+                strays.kill()
             else:
                 self.terminate_strays()
         return len(left)
 
     def strays_gone(self) -> bool:
         """True once nothing the command started is left (lockrun's own zombies reaped first)."""
-        if self.strays is None:
+        if not self.tracks_descendants:
             return True
         self.reap_orphans()
+        if self._strays is None:
+            cgroup = self._cgroup()
+            return not descendants.snapshot(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
         if self.killed:
-            self.strays.kill()  # anything forked while the last sweep went out
-        return self.strays.gone()
+            self._strays.kill()  # anything forked while the last sweep went out
+        return self._strays.gone()
 
     def strays_note(self) -> str | None:
         """The ledger note about what the command left behind, if it left anything (or why lockrun
         could not look: then only the command's process group was stopped)."""
-        if self.strays is not None:
-            return self.strays.note()
+        if self._strays is not None:
+            return self._strays.note()
         if self._untracked and self.launched:
             return f"only the command's process group was stopped: {self._untracked}"
         return None
@@ -451,9 +488,9 @@ class Supervisor:
             # anything left in the group would run on after the lock is released.
             self._signal_group(signal.SIGKILL)
             self._command_exit = self._reap_command()
-        if self.strays is not None:
+        if self.tracks_descendants:
             while not self.strays_gone():
-                self.strays.kill()
+                self._the_strays().kill()
                 time.sleep(FINAL_SWEEP_S)
         self._remove_cgroup()
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way

@@ -82,7 +82,7 @@ def watch(
         supervisor.reap_orphans()
         if not draining:
             if supervisor.child_exit_pending():
-                if supervisor.strays is None:
+                if not supervisor.tracks_descendants:
                     break
                 left = supervisor.command_exited()
                 if not left:
@@ -96,6 +96,7 @@ def watch(
                                    f"{kill_after:g}s if still running")
         elif supervisor.strays_gone():
             break
+        supervisor.adopt_if_due()  # the command's cgroup, once it has run for a moment (cgroup.py)
         now = clock()
         if signals.received and escalated_after is None:
             # A forwarded SIGTERM, SIGINT or SIGHUP asks the command to stop: one that ignores
@@ -140,7 +141,7 @@ def watch(
             poll = DRAIN_POLL_S[0]  # what was just SIGKILLed is about to be gone: look again soon
         if supervisor.killed and backstop is not None:
             backstop.disarm()  # SIGKILL is sent: the command cannot outlive the lease any more
-        wake_at = [supervisor.kill_at]
+        wake_at = [supervisor.kill_at, supervisor.adopt_at]
         if stop_reason is None and not draining:
             wake_at.append(timeout_at)
         if not lease_lost:  # (a --replace after a loss under --on-lost continue: the keeper wakes the loop)
