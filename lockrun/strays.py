@@ -52,8 +52,8 @@ class Strays:
 
     def _note(self, proc: Proc) -> None:
         key = (proc.pid, proc.start)
-        if key not in self.found:
-            self.found[key] = descendants.command_line(proc.pid)
+        if key not in self.found:  # (only the ones the note names are worth reading /proc for)
+            self.found[key] = descendants.command_line(proc.pid) if len(self.found) < NOTE_NAMES else ""
 
     def terminate(self, outside_pgid: int | None = None) -> int:
         """SIGTERM (then SIGCONT, so that a stopped one sees it) every live descendant that has not
