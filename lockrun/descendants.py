@@ -126,6 +126,12 @@ def snapshot(root: int, skip: Iterable[int | None] = ()) -> list[Proc]:
     return found
 
 
+def none_left(root: int, skip: Iterable[int | None] = ()) -> bool:
+    """True when ``root`` has no descendant left (``skip`` aside), by two walks in a row: the
+    kernel's children lists may miss an entry that changes while it is read."""
+    return not snapshot(root, skip) and not snapshot(root, skip)
+
+
 def send(proc: Proc, signum: int) -> bool:
     """Send ``signum`` to ``proc`` if it is still the process that was seen; True if sent."""
     opener = getattr(os, "pidfd_open", None)

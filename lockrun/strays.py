@@ -105,7 +105,7 @@ class Strays:
 
     def gone(self) -> bool:
         """True once no descendant is left, zombies included (lockrun's own are reaped by the caller)."""
-        if self.snapshot():
+        if not descendants.none_left(self.root, self._skip()):
             return False
         cgroup = self._cgroup()
         return cgroup is None or not cgroup.populated()

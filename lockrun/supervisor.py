@@ -444,7 +444,7 @@ class Supervisor:
         self.reap_orphans()
         if self._strays is None:
             cgroup = self._cgroup()
-            return not descendants.snapshot(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
+            return descendants.none_left(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
         if self.killed:
             self._strays.kill()  # anything forked while the last sweep went out
         return self._strays.gone()
