@@ -69,6 +69,20 @@ def main(folder: str, command: str) -> None:
          f"read further back: {fleet_others})", "<= 1.5 s",
          verdict(fleet_headline["median_s"] <= 1.5 and fleet_headline["rows"] == 50)),
     ]
+    if "ratio_to_baseline" in s and s["ratio_to_baseline"]:
+        against = s["ratio_to_baseline"]
+        rows.append(("start-up against the version before (`startup.py --baseline`, same interpreter, interleaved)",
+                     "; ".join(f"{backend} {ratio:.3f}x" for backend, ratio in against.items()),
+                     "no measurable growth", "-"))
+    idle = d / "idle_cpu.json"
+    if idle.exists():
+        i = json.loads(idle.read_text())
+        base = i["idle_cpu_ms_per_min"].get("baseline")
+        rows.append((f"idle CPU, `--ttl 3 -- sleep {i['seconds']:g}` (lockrun's threads, from 2 s in to 1 s before "
+                     f"the end, per minute; median of {i['rounds']})",
+                     f"{i['idle_cpu_ms_per_min']['lockrun']:.1f} ms/min" +
+                     (f" (the version before, run beside it: {base:.1f} ms/min)" if base is not None else ""),
+                     "no measurable growth", "-"))
     timeline = d / "timeline.json"
     if timeline.exists():
         rows.append(timeline_row(json.loads(timeline.read_text())))

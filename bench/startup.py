@@ -1,17 +1,21 @@
 """Start-up overhead: `lockrun -n b -- true` against its stack floor and its peers.
 
-    python bench/startup.py [--rounds 40] [--json out.json]
+    python bench/startup.py [--rounds 40] [--baseline SRC] [--json out.json]
 
 Cases, run interleaved:
 - lockrun with Redis, and with the local backend;
 - the floor of lockrun's own stack: python -c "import click, redis, sqlite3";
 - flock(1): the kernel-lock peer, no ledger, no lease;
-- a shell wrapper around redis-cli SET NX / DEL: the naive Redis peer.
+- a shell wrapper around redis-cli SET NX / DEL: the naive Redis peer;
+- with --baseline SRC (a folder holding another version's ``lockrun`` package, e.g. from
+  ``git archive BASE lockrun | tar -x -C SRC``): that version too, on the same interpreter,
+  through PYTHONPATH, so that a change's cost is measured against what it changes.
 Target: lockrun (Redis) <= 1.10 x its stack floor.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -37,6 +41,12 @@ def main(argv: list[str]) -> dict:
             "flock -n f true": (["flock", "-n", str(Path(tmp) / "f"), "true"], redis_env),
             "sh: redis-cli SET NX; true; DEL": (["sh", "-c", shell_wrapper], redis_env),
         }
+        if "--baseline" in argv:
+            source = os.path.abspath(argv[argv.index("--baseline") + 1])
+            cases["baseline lockrun (redis)"] = ([LOCKRUN, "-n", "b", "--", "true"],
+                                                 {**redis_env, "PYTHONPATH": source})
+            cases["baseline lockrun (local)"] = ([LOCKRUN, "-n", "b", "--", "true"],
+                                                 {**local_env, "PYTHONPATH": source})
         times = interleaved(cases, rounds)
         redis_version = server.version()
     floor_times = times["floor: python -c 'import click, redis, sqlite3'"]
@@ -50,9 +60,18 @@ def main(argv: list[str]) -> dict:
     print(table(["case", "median ms", "x floor (median of per-round ratios)"], rows))
     ratio = paired_ratio(times["lockrun (redis)"])
     print(f"\nlockrun (redis) / stack floor = {ratio:.3f} (target <= 1.10): {'met' if ratio <= 1.10 else 'MISSED'}")
+    against: dict[str, float] = {}
+    for backend in ("redis", "local"):
+        base = times.get(f"baseline lockrun ({backend})")
+        if base is not None:
+            mine = times[f"lockrun ({backend})"]
+            against[backend] = statistics.median(a / b for a, b in zip(mine, base, strict=True))
+            print(f"lockrun ({backend}) / baseline = {against[backend]:.3f} "
+                  f"({median_ms(mine) - median_ms(base):+.1f} ms in medians)")
     result = {"machine": {**machine(), "redis_server": redis_version}, "rounds": rounds,
               "median_ms": {name: median_ms(t) for name, t in times.items()},
-              "ratio_to_floor": {name: paired_ratio(t) for name, t in times.items()}, "ratio": ratio, "target": 1.10}
+              "ratio_to_floor": {name: paired_ratio(t) for name, t in times.items()}, "ratio": ratio, "target": 1.10,
+              "ratio_to_baseline": against}
     write_json(argv, result)
     return result
 

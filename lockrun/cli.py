@@ -241,7 +241,8 @@ def cli() -> None:
               help=f"Grace in seconds ({settings.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
                    "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
-              help="What to do when the lease cannot be kept.")
+              help="What to do when the lease cannot be kept (a --replace by another run always stops the "
+                   "command).")
 @click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
@@ -282,6 +283,11 @@ def cli() -> None:
 @click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
 @click.option("--capture-tail", metavar="SIZE", type=SIZE,
               help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
+# Descendants that leave the command's group (README "What lockrun guarantees, and how": the command).
+@click.option("--keep-detached", is_flag=True,
+              help="Let processes that leave the command's process group (setsid, double forks, daemons) run on "
+                   "after the run: they are not stopped, and outlive the lock's protection. By default everything "
+                   "the command started is stopped, and reaped, before the lock is released.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
 # README "Never twice, whatever lockrun cannot see": an evicting Redis, one zone per name.
@@ -300,7 +306,7 @@ def run(
     slots: int, min_hold: float | None, replace: bool, replicas: int | str | None, metrics_file: str | None,
     notify_urls: tuple[str, ...], notify_on: tuple[str, ...], notify_format: str, ping_url: str | None,
     ping_on_busy: bool, capture_tail: int | None, verbose: bool, quiet: bool, tz: Zone | None,
-    allow_eviction: bool, command: tuple[str, ...],
+    allow_eviction: bool, keep_detached: bool, command: tuple[str, ...],
 ) -> NoReturn:
     """Run COMMAND while holding the lock NAME.
 
@@ -355,6 +361,7 @@ def run(
         slots=slots,
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
         once_zone=zone,
+        keep_detached=keep_detached,
     )
 
     # `lockrun -v status`: a run option first makes `status` the command to run. When no such

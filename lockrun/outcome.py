@@ -1,8 +1,8 @@
 """How a run ended, in one table: what lockrun exits with and what the ledger says.
 
 The inputs are how the command ended (its exit code or signal) and why lockrun stopped
-it, if it did (a lost lease, ``--timeout``, a forwarded signal that ran past
-``--kill-after``); the result is lockrun's exit code (README "Exit codes"), the ledger
+it, if it did (a lost lease, a ``--replace`` by another run, ``--timeout``, a forwarded
+signal that ran past ``--kill-after``); the result is lockrun's exit code (README "Exit codes"), the ledger
 status (README "Ledger statuses") and a note. Pure: no process, no clock, no backend,
 so the table can be checked without running anything.
 
@@ -46,8 +46,10 @@ class Outcome(NamedTuple):
 class Stop(NamedTuple):
     """Why lockrun stopped the command, as the main loop (watch.py) saw it."""
 
-    reason: Status | None = None  # LOST or TIMEOUT; None: it ended by itself or of a forwarded signal
-    lost_note: str | None = None  # --on-lost continue: the lease was lost and the command went on
+    reason: Status | None = None  # LOST (a lost lease or a --replace) or TIMEOUT; None: it ended by itself or of
+    # a forwarded signal
+    lost_note: str | None = None  # the lease was lost and the command went on (--on-lost continue), or was lost
+    # after the command exited, while what it left behind was being stopped
     escalated_after: int | None = None  # the forwarded signal after which SIGKILL was scheduled
 
 
@@ -60,11 +62,14 @@ def command_outcome(
     kill_after: float = 10.0,
     backstop_error: str | None = None,
     output_tail: str | None = None,
+    strays_note: str | None = None,
 ) -> Outcome:
     """The outcome of a command that ran under the lease.
 
     ``preempted``: the keeper found a ``--replace`` request, so a lost lease reads
     ``preempted``. ``backstop_error``: why the run had no backstop timer, noted on the row.
+    ``strays_note``: what the command left behind (or that left its group) and lockrun stopped
+    before the release (strays.py); noted, and never a change of exit code: that is the command's.
     """
     exit_code: int
     note = stop.lost_note
@@ -82,6 +87,8 @@ def command_outcome(
     if stop.escalated_after is not None and child.signal == signal.SIGKILL:
         signum = stop.escalated_after
         outcome = outcome.noted(f"killed --kill-after {kill_after:g}s after signal {signum} was forwarded")
+    if strays_note:
+        outcome = outcome.noted(strays_note)
     if backstop_error:
         outcome = outcome.noted(f"no backstop timer: {backstop_error}")
     return outcome

@@ -4,15 +4,16 @@
     lease client  (lease_client.py)  acquire; or wait (BLPOP) and --replace until --wait runs out
     supervise     (here)             the backstop (backstop.py) armed, the command exec'd
                                      (supervisor.py), the keeper (keeper.py) renewing; the main
-                                     loop (watch.py) stops the command on a lost lease, --timeout
-                                     or a forwarded signal; its whole group is reaped
+                                     loop (watch.py) stops the command on a lost lease, --replace,
+                                     --timeout or a forwarded signal; it and everything it started
+                                     (strays.py) are reaped
     outcome       (outcome.py)       exit code, ledger status and note from how the command ended
     lease client                     release: compare-and-delete, wake a waiter, the fleet record
     delivery      (notify.py)        the final ping and the webhooks, if asked for
     journal                          the final row; a prune now and then; the metrics file
 
 The order matters: the ledger row exists before anything can fail quietly, the lock is
-released only after the command's whole process group is gone, and telling someone
+released only after the command and everything it started are gone, and telling someone
 (which may take seconds) comes after the release, never inside the lease. Each step is
 described where it lives; README "What lockrun guarantees, and how" says why.
 """
@@ -84,6 +85,7 @@ class RunOptions(NamedTuple):
     slots: int = 1  # up to this many holders of the name at once
     call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
     once_zone: Zone | None = None  # the zone of a time-derived --once key (README "One zone per name")
+    keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
 
 
 class Run:
@@ -155,7 +157,8 @@ class Run:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
         env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
                "LOCKRUN_RUN_ID": self.run_id}
-        supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail)
+        supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail,
+                                keep_detached=self.options.keep_detached)
         supervisor.signals.install()
         backend = None
         try:
@@ -252,7 +255,7 @@ class Run:
         return released_as(outcome, released)
 
     def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
-        """Run the command under the lease: from the exec to the reaping of its whole group."""
+        """Run the command under the lease: from the exec to the reaping of all it started."""
         opts = self.options
         self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
         # Armed before the exec: from its first instant the command cannot outlive the lease,
@@ -293,7 +296,7 @@ class Run:
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
                          kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report)
         finally:
-            # Also on an unexpected error: the group is gone before the lock is released.
+            # Also on an unexpected error: all it started is gone before the lock is released.
             if backstop is not None:
                 backstop.disarm()  # the command is gone or going: what follows may outlast the lease
             child = supervisor.finish()
@@ -303,7 +306,7 @@ class Run:
         outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
             kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
-            output_tail=supervisor.tail.text() if supervisor.tail else None,
+            output_tail=supervisor.tail.text() if supervisor.tail else None, strays_note=supervisor.strays_note(),
         )
         if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
             outcome = outcome.noted("; ".join(supervisor.tail.lost))

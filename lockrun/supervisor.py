@@ -13,8 +13,17 @@
 - The signal relay (signals.py) forwards SIGTERM, SIGINT and SIGHUP sent to lockrun
   to the group, and wakes the main loop through one self-pipe.
 - With ``--capture-tail`` the output goes through pipes and a pump (capture.py).
-- Stopping: SIGTERM, then SIGKILL at a deadline that can only come closer; when the
-  command exits, whatever it left in its group is killed before the lock is released.
+- lockrun is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process the command
+  started and left (``setsid``, a double fork, ``nohup ... &``) is re-parented to lockrun,
+  not to init, so it stays within reach (strays.py). Where lockrun may, the command also
+  runs in a cgroup of its own (cgroup.py), which the watchdog kills whole if lockrun dies.
+- Orphans re-parented to lockrun are reaped as they exit (also as PID 1 of a container),
+  never the command itself: its exit status is the run's.
+- Stopping: SIGTERM, then SIGKILL at a deadline that can only come closer, for the group and
+  for every descendant that left it; when the command exits, whatever it left behind gets the
+  same schedule (the main loop, watch.py, runs it) and is reaped before the lock is released.
+- ``--keep-detached`` turns the subreaper and the cgroup off: what leaves the command's
+  group lives on, and only the group is killed when the command exits.
 """
 
 from __future__ import annotations
@@ -29,14 +38,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
+from lockrun import descendants
 from lockrun.errors import CommandNotRunnable, ExitCode
 from lockrun.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
 from lockrun.watchdog import Watchdog
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER
     from lockrun.capture import OutputTail, Pump
+    from lockrun.cgroup import Adopter, RunCgroup
+    from lockrun.strays import Strays
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+#: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
+FINAL_SWEEP_S = 0.01
+#: How long a command runs before it gets a cgroup of its own (cgroup.py): one that ends sooner
+#: (most of a busy crontab's) never pays for the cgroup or the grace period a move waits for.
+ADOPT_AFTER = 0.01
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -152,9 +170,10 @@ def _launcher(
 class Supervisor:
     def __init__(
         self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False,
     ) -> None:
         self.argv = argv
+        self.keep_detached = keep_detached  # what leaves the command's group is left alone
         self._clock = clock  # the monotonic clock of the kill schedule; a parameter for the unit tests
         self.env = env
         self.signals = SignalRelay()
@@ -178,6 +197,17 @@ class Supervisor:
         self.killed = False
         self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
         self._tty_fd: int | None = None
+        # Whether lockrun sees what leaves the command's group: not under --keep-detached, without a
+        # subreaper or with a /proc of another PID namespace; then only the group is killed.
+        self.tracks_descendants = False
+        self._strays: Strays | None = None  # what the command left behind or that left its group, once there is any
+        self._subreaper = False
+        self._reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
+        self.orphans_reaped = 0
+        self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
+        self.adopt_at: float | None = None  # when the command gets its cgroup (the main loop starts it)
+        self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
+        self._untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
 
     # -- spawning ---------------------------------------------------------------------
 
@@ -204,6 +234,12 @@ class Supervisor:
             return
         if self._prctl is None:
             self._prctl = _load_prctl() or False
+        if self._prctl and not self.keep_detached:
+            # Before the fork: orphans of the command come back to lockrun, not to init.
+            self._subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            if not self._subreaper:
+                self._untracked = "PR_SET_CHILD_SUBREAPER was refused"
+        self._reaps_orphans = self._subreaper or os.getpid() == 1  # as PID 1, every orphan is ours
         self.watchdog.start()
         prctl = self._prctl or None
         parent = os.getpid()
@@ -230,6 +266,10 @@ class Supervisor:
         self.signals.forward_to(pid)
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
         self.watchdog.arm(pid)
+        if self._subreaper and descendants.proc_usable():
+            self.tracks_descendants = True
+        elif self._subreaper:
+            self._untracked = "/proc shows another PID namespace than lockrun's (unshare --pid without --mount-proc?)"
 
     def spawn(self, extra_env: dict[str, str] | None = None) -> int:
         """Exec the command in the prepared process, its environment being ``env`` plus
@@ -257,6 +297,8 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
+        if self.tracks_descendants:
+            self.adopt_at = self._clock() + ADOPT_AFTER
         if self._output_routes is not None and self.tail is not None:
             from lockrun.capture import Pump
 
@@ -278,22 +320,62 @@ class Supervisor:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         self.pid = self.pgid = None
+        self.tracks_descendants = False
         self.signals.forward_to(None)
+        self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        if self._adopter is not None:
+            self._adopter.close()
 
     # -- stopping -----------------------------------------------------------------------
 
     def _signal_group(self, signum: int) -> None:
-        if self.pgid is not None:
+        # Once the leader is reaped the group id may be reused: its members are reached one by one.
+        if self.pgid is not None and self._command_exit is None:
             signal_group(self.pgid, signum)
 
+    def _skip(self) -> tuple[int | None, ...]:
+        return (self.watchdog.pid,)  # lockrun's child, not the command's
+
+    def _cgroup(self) -> RunCgroup | None:
+        return self._adopter.cgroup if self._adopter is not None else None
+
+    def _the_strays(self) -> Strays:
+        if self._strays is None:
+            from lockrun.strays import Strays
+
+            self._strays = Strays(os.getpid(), skip=self._skip, cgroup=self._cgroup)
+        return self._strays
+
+    def adopt_if_due(self) -> None:
+        """Give the command a cgroup of its own once it has run for ADOPT_AFTER (cgroup.py), in a
+        thread: called by the main loop, which wakes up for it."""
+        if self.adopt_at is None or self._clock() < self.adopt_at:
+            return
+        self.adopt_at = None
+        if self.pid is None or self._command_exit is not None:
+            return
+        from lockrun.cgroup import Adopter
+
+        self._adopter = Adopter(os.getpid(), self.pid, skip=self._skip, on_created=self.watchdog.arm_cgroup)
+        self._adopter.start()
+
+    def terminate_strays(self) -> None:
+        """SIGTERM the descendants that have not had it: while the command runs, those that left
+        its group (the group gets its own signal); once it has exited, all of them."""
+        if self.tracks_descendants:
+            self._the_strays().terminate(outside_pgid=self.pgid if self._command_exit is None else None)
+
     def terminate(self, kill_at: float) -> None:
-        """SIGTERM the group now and SIGKILL it at ``kill_at`` (monotonic) if still there.
+        """SIGTERM the group (and what left it) now and SIGKILL it at ``kill_at`` (monotonic) if still there.
 
         A second call can only bring the SIGKILL closer, never push it back.
         """
         if not self.terminated:
             self.terminated = True
             self._signal_group(signal.SIGTERM)
+            self.terminate_strays()
         if self.killed:
             return
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
@@ -308,8 +390,83 @@ class Supervisor:
     def kill_if_due(self) -> None:
         if self.kill_at is not None and self._clock() >= self.kill_at:
             self._signal_group(signal.SIGKILL)
+            if self.tracks_descendants:
+                self._the_strays().kill()
             self.killed = True
             self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
+
+    # -- what the command leaves behind -------------------------------------------------
+
+    def reap_orphans(self) -> None:
+        """Reap lockrun's children that have exited, except the command (its exit status is the
+        run's, taken by :meth:`command_exited` or :meth:`finish`): orphans re-parented to lockrun,
+        the subreaper or PID 1, would otherwise pile up as zombies while the command runs."""
+        if not self._reaps_orphans:
+            return
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if info.si_pid == self.pid and self._command_exit is None:
+                return  # the command: left for its own reaping, whatever else is waiting behind it
+            if info.si_pid == self.watchdog.pid:
+                self.watchdog.reap()  # somebody killed it: reaped through its Popen
+                continue
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+            self.orphans_reaped += 1
+
+    def command_exited(self) -> int:
+        """The command has exited: reap it, and SIGTERM (or, past the kill, SIGKILL) whatever it
+        left behind, in its group or not. Returns how many processes are left to wait for."""
+        assert self.pid is not None and self.tracks_descendants
+        self._command_exit = self._reap_command()
+        if self._strays is not None:
+            left = self._strays.alive()
+        else:  # the usual case, nothing was ever found: one walk, and nothing more to import
+            left = [p for p in descendants.snapshot(os.getpid(), self._skip()) if p.state != "Z"]
+        if left:
+            strays = self._the_strays()
+            strays.record(left)
+            if self.killed:
+                strays.kill()
+            else:
+                self.terminate_strays()
+        return len(left)
+
+    def strays_gone(self) -> bool:
+        """True once nothing the command started is left (lockrun's own zombies reaped first)."""
+        if not self.tracks_descendants:
+            return True
+        self.reap_orphans()
+        if self._strays is None:
+            cgroup = self._cgroup()
+            return descendants.none_left(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
+        if self.killed:
+            self._strays.kill()  # anything forked while the last sweep went out
+        return self._strays.gone()
+
+    def strays_note(self) -> str | None:
+        """The ledger note about what the command left behind, if it left anything (or why lockrun
+        could not look: then only the command's process group was stopped)."""
+        if self._strays is not None:
+            return self._strays.note()
+        if self._untracked and self.launched:
+            return f"only the command's process group was stopped: {self._untracked}"
+        return None
+
+    def _reap_command(self) -> ChildExit:
+        assert self.pid is not None
+        if self._adopter is not None:
+            self._adopter.stop()  # once reaped, the command's pid may be reused: no more moves
+        _, status = os.waitpid(self.pid, 0)
+        # ... and its group id too, once the group is empty: signals to lockrun no longer go there.
+        self.signals.forward_to(None)
+        code = os.waitstatus_to_exitcode(status)
+        return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
 
     def child_exit_pending(self) -> bool:
         """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
@@ -322,22 +479,30 @@ class Supervisor:
         return info is not None and info.si_pid != 0
 
     def finish(self) -> ChildExit:
-        """Stop what is left of the group, reap the child, give the terminal back."""
+        """Stop what is left of the group and of the command's descendants, reap them and the
+        child, give the terminal back. After the main loop's drain nothing is left; after an
+        error anything left is SIGKILLed here, and waited for, before the lock can be released."""
         assert self.pid is not None
-        # The leader is still a zombie here, so the group id cannot have been reused:
-        # anything left in the group would run on after the lock is released.
-        self._signal_group(signal.SIGKILL)
-        _, status = os.waitpid(self.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+        if self._command_exit is None:
+            # The leader is still a zombie here, so the group id cannot have been reused:
+            # anything left in the group would run on after the lock is released.
+            self._signal_group(signal.SIGKILL)
+            self._command_exit = self._reap_command()
+        if self.tracks_descendants:
+            while not self.strays_gone():
+                self._the_strays().kill()
+                time.sleep(FINAL_SWEEP_S)
+        self._remove_cgroup()
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
             self._pump.drain()
         if self._tty_fd is not None:
             with contextlib.suppress(OSError):
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())
         self.watchdog.disarm()
-        return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
+        return self._command_exit
 
     def close(self) -> None:
         self._reap_unlaunched()
+        self._remove_cgroup()
         self.watchdog.disarm()
         self.signals.close()

@@ -1,12 +1,15 @@
-"""The watchdog: kills the command's whole process group if lockrun dies.
+"""The watchdog: kills the command's whole process group, and its cgroup, if lockrun dies.
 
 ``PR_SET_PDEATHSIG`` kills only the command's direct child when lockrun dies, even by
 SIGKILL; what it started (a ``sh -c`` and its jobs) would run on, unlocked. The watchdog
 is a tiny shell started just before the command, holding the read end of a pipe from
-lockrun. "PGID\\n" arms it; "disarm\\n" (a normal end) lets it go; EOF without "disarm"
-means lockrun died, and it SIGKILLs the group. It ignores the signals that may hit
-lockrun's own group: only the pipe ends it. A shell spawned with vfork costs a fraction
-of forking the Python process, and ~1 MiB of memory instead of a copy of lockrun's.
+lockrun. Lines on the pipe tell it what to kill: ``group PGID`` (the command's process
+group), ``cgroup DIR`` (the run's own cgroup, cgroup.py, when there is one); ``disarm`` (a
+normal end) lets it go. EOF without ``disarm`` means lockrun died: it SIGKILLs the group and,
+through ``cgroup.kill``, everything in the cgroup (which covers the processes that left the
+group, ``setsid`` and double forks), then removes the emptied cgroup. It ignores the signals
+that may hit lockrun's own group: only the pipe ends it. A shell spawned with vfork costs a
+fraction of forking the Python process, and ~1 MiB of memory instead of a copy of lockrun's.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import contextlib
 import subprocess
 
 WATCHDOG_SCRIPT = (
-    'trap "" INT TERM HUP TSTP TTIN TTOU; '
-    'read pgid && read word; '
-    '[ -n "$pgid" ] && [ "$word" != disarm ] && kill -s KILL -- "-$pgid" 2>/dev/null; '
+    'trap "" INT TERM HUP TSTP TTIN TTOU; pgid=; cg=; '
+    'while read -r word arg; do case "$word" in '
+    'group) pgid=$arg;; cgroup) cg=$arg;; disarm) exit 0;; esac; done; '
+    '[ -n "$pgid" ] && kill -s KILL -- "-$pgid" 2>/dev/null; '
+    'if [ -n "$cg" ]; then echo 1 > "$cg/cgroup.kill"; i=0; '
+    'while ! rmdir "$cg" && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; fi 2>/dev/null; '
     "exit 0"
 )
 
@@ -25,6 +31,11 @@ WATCHDOG_SCRIPT = (
 class Watchdog:
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The watchdog's process, which is lockrun's child but not the command's."""
+        return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
         """Start the shell, unless it runs already; without /bin/sh there is none."""
@@ -40,7 +51,18 @@ class Watchdog:
 
     def arm(self, pgid: int) -> None:
         """Kill the group ``pgid`` if lockrun dies from now on."""
-        self._write(f"{pgid}\n".encode())
+        self._write(f"group {pgid}\n".encode())
+
+    def arm_cgroup(self, path: str) -> None:
+        """Kill everything in the cgroup at ``path`` if lockrun dies from now on."""
+        if "\n" not in path:
+            self._write(f"cgroup {path}\n".encode())
+
+    def reap(self) -> None:
+        """Reap the watchdog, which has exited (somebody killed it): lockrun runs on without it."""
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
 
     def disarm(self) -> None:
         """Let the watchdog go without killing anything, and reap it."""
@@ -54,10 +76,11 @@ class Watchdog:
         self._process = None
 
     def _write(self, data: bytes) -> None:
-        if self._process is None or self._process.stdin is None:
+        process = self._process  # read once: the cgroup's thread (cgroup.Adopter) writes here too
+        if process is None or process.stdin is None:
             return
         try:
-            self._process.stdin.write(data)
-            self._process.stdin.flush()
-        except OSError:
+            process.stdin.write(data)
+            process.stdin.flush()
+        except (OSError, ValueError):
             pass  # a dead watchdog only costs the grandchildren's protection

@@ -132,6 +132,7 @@ class Node:
 class FailoverSoak(Soak):
     FAULT_WEIGHTS = FAILOVER_FAULTS
     FAULT_GAP = (1.0, 3.0)  # room between faults for runs that get through: most faults here stop them all
+    DAEMON_SHARE = 0.0  # daemons are the fault soak's business (invariant 8); this one checks failovers
 
     def __init__(self, seed: int, duration: float, workdir: Path, contenders: int = 9,
                  ttls: tuple[int, ...] = (2, 3, 4)) -> None:

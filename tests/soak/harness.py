@@ -36,6 +36,7 @@ from pathlib import Path
 import redis
 
 from tests.conftest import RedisServer, history, isolated_env, lockrun_argv, pid_alive
+from tests.soak.daemons import DAEMONIZE, check_daemons
 from tests.soak.oracle import MonitorRecorder, ServerLease, reconstruct
 from tests.soak.proxy import FaultyProxy
 
@@ -52,18 +53,22 @@ INVARIANTS = """\
    (abandoned for the SIGKILLed ones), and no lockrun printed a traceback or hung;
 6. no command process outlives the soak;
 7. the fleet record: every run whose release script reached the server has exactly one end event in that
-   server lifetime's record, with the status and fencing token of its (final) ledger row; no run has two.
+   server lifetime's record, with the status and fencing token of its (final) ledger row; no run has two;
+8. a daemon a command left behind (setsid, a double fork) is gone before its run released the lock, or
+   before the lease's deadline, or promptly after its lockrun was SIGKILLed (tests/soak/daemons.py).
 """
 
 PY = sys.executable
 
-# The command under lockrun: logs start (with what lockrun gave it), ticks, end.
+# The command under lockrun: logs start (with what lockrun gave it), ticks, end; with a third
+# argument "daemon", it first leaves a daemon behind (tests/soak/daemons.py).
 COMMAND = r"""
 import os, sys, time
 logdir, work = sys.argv[1], float(sys.argv[2])
 run_id = os.environ["LOCKRUN_RUN_ID"]
 with open(os.path.join(logdir, "holders", str(os.getppid())), "w") as marker:
     marker.write(run_id)
+""" + DAEMONIZE + r"""
 with open(os.path.join(logdir, run_id + ".log"), "a", buffering=1) as log:
     log.write(f"start {time.time()!r} {os.getpid()} {os.getppid()} {os.environ['LOCKRUN_FENCING_TOKEN']} "
               f"{os.environ['LOCKRUN_NAME']} {run_id}\n")
@@ -106,6 +111,7 @@ class Invocation:
     stderr: str = ""
     killed_at: float | None = None
     pauses: list[tuple[float, float]] = field(default_factory=list)
+    daemon: bool = False  # its command leaves a daemon behind
 
 
 @dataclass
@@ -133,6 +139,8 @@ class Soak:
     FAULT_WEIGHTS = FAULTS
     #: seconds between two faults, drawn uniformly
     FAULT_GAP = (0.3, 1.2)
+    #: the share of commands that leave a daemon behind (invariant 8)
+    DAEMON_SHARE = 0.5
 
     def __init__(self, seed: int, duration: float, workdir: Path, contenders: int = 6, names: int = 3,
                  ttls: tuple[int, ...] = (1, 2, 3)) -> None:
@@ -154,6 +162,8 @@ class Soak:
         self.evidence = "not checked yet"
         self.excused_overlaps = 0
         self.fleet_ends_checked = 0  # runs whose fleet end event matched their ledger row
+        self.daemons_checked = 0  # daemons whose death was checked against their run's lease
+        self.excused_daemons = 0  # ... of SIGKILLed lockruns on a host without a cgroup for them
         self._live: dict[int, Invocation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -207,15 +217,17 @@ class Soak:
 
     def _contend(self, k: int, env: dict) -> None:
         rng = random.Random(f"{self.seed}/contender/{k}")
+        daemons = random.Random(f"{self.seed}/daemons/{k}")
         names = self._names_for(k)
         while not self._stop.is_set():
             ttl = rng.choice(self.ttls)
             wait = rng.uniform(0.5, 6.0) if rng.random() < 0.5 else None
-            inv = Invocation(rng.choice(names), ttl, rng.uniform(0.05, 2.5 * ttl), wait)
+            inv = Invocation(rng.choice(names), ttl, rng.uniform(0.05, 2.5 * ttl), wait,
+                             daemon=daemons.random() < self.DAEMON_SHARE)
             argv = ["-n", inv.name, "--ttl", str(ttl), *self._extra_args(inv)]
             if wait is not None:
                 argv += ["--wait", f"{wait:.1f}"]
-            argv += ["--", PY, str(self.command), str(self.logdir), f"{inv.work:.3f}"]
+            argv += ["--", PY, str(self.command), str(self.logdir), f"{inv.work:.3f}", *(["daemon"] * inv.daemon)]
             inv.started = time.time()
             proc = subprocess.Popen(lockrun_argv(*argv), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -410,6 +422,7 @@ class Soak:
             *self._check_lockruns(commands),  # 5
             *self._check_orphans(),  # 6
             *self._check_fleet_record(server),  # 7
+            *check_daemons(self, leases, PROMPT),  # 8
         ]
 
     def _invocation_of(self, pid: int, at: float) -> Invocation | None:
@@ -570,7 +583,8 @@ class Soak:
             f"{dict(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}; "
             f"{len(self.faults)} faults {dict(sorted(kinds.items()))}; {len(self.epochs)} Redis lifetimes; "
             f"{self.evidence}; {self.excused_overlaps} overlaps after a stolen key or a Redis death; "
-            f"{self.fleet_ends_checked} fleet end events matched their ledger rows"
+            f"{self.fleet_ends_checked} fleet end events matched their ledger rows; {self.daemons_checked} daemons "
+            f"checked ({self.excused_daemons} of SIGKILLed lockruns excused: no cgroup)"
         )
 
     def fault_log(self) -> str:
