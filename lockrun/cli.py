@@ -574,10 +574,10 @@ def _evicting_servers(backend: Backend) -> list[str]:
 def unlock(
     ctx: click.Context, name: str, force: bool, yes: bool, token_prefix: str | None, every_holder: bool
 ) -> NoReturn:
-    """Clear a lock whose holder crashed (a zombie), never a live one unless --force.
+    """Clear a lock whose holder is proven dead, never a live one unless --force.
 
     \b
-      lockrun unlock sync-invoices          # shows the holder, asks, clears a zombie
+      lockrun unlock sync-invoices          # shows the holder, asks, clears a dead one
       lockrun unlock sync-invoices --yes    # no question (scripts)
       lockrun unlock sync-invoices --force  # clear a live holder too
       lockrun unlock batch --token 3f2a     # one holder of a --slots lock
@@ -585,7 +585,9 @@ def unlock(
     Only the exact token that was inspected is deleted: a lock taken again in
     the meantime is left alone. A lock cooling after --min-hold, or a malformed
     one no lockrun run can hold (a Redis key of another type), is cleared
-    without --force (nothing runs under it). Exits 0 when the lock is gone
+    without --force (nothing runs under it). A holder whose heartbeat alone
+    is stale (a zombie in status) needs --force: one cut off from Redis still
+    runs its command until its lease expires. Exits 0 when the lock is gone
     afterwards, 1 when it refused.
     """
     from lockrun import unlock as unlocking
@@ -640,9 +642,7 @@ def _unlock_one(
     for line in inspection.describe():
         click.echo(printable(line))  # the holder as Redis or its file describes it: anyone could have written it
     if not inspection.clearable and not force:
-        why = ("it is malformed, and nothing shows that its holder is gone" if inspection.holder.problem
-               else "its holder looks alive")
-        _say(f"refusing to clear {name!r}: {why}, and clearing it could run the job twice;"
+        _say(f"refusing to clear {name!r}: {inspection.refusal()}, and clearing it could run the job twice;"
              " if you are sure, run: lockrun unlock --force " + name)
         return 1
     if not yes:

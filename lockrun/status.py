@@ -44,11 +44,19 @@ def renewal_margin(ttl: float) -> float:
 def zombie_reason(holder: Holder) -> str | None:
     """Why a holder is certainly dead, or has missed two renewals and a margin; None if it looks alive.
 
+    When in doubt the answer is None: a live lock cleared by mistake is a double run.
+    """
+    return proven_dead_reason(holder) or stale_heartbeat_reason(holder)
+
+
+def proven_dead_reason(holder: Holder) -> str | None:
+    """Why a holder is certainly dead (nothing runs under it); None when nothing proves it.
+
     Only what the kernel or the server vouches for counts: a kernel lock (the local backend) has
     a live holder; a pid is evidence only where it means the same process to us (this machine,
     this boot, this PID namespace); a heartbeat's age is measured on the clock that stamped it
-    (the Redis server's). When in doubt the answer is None: a live lock cleared by mistake is a
-    double run.
+    (the Redis server's), and counts only with a machine id that says the holder ran here in an
+    earlier boot. When in doubt the answer is None: a live lock cleared by mistake is a double run.
     """
     if holder.foreign:
         return f"no lockrun run can hold it ({holder.problem})"
@@ -74,6 +82,17 @@ def zombie_reason(holder: Holder) -> str | None:
             if origin.pid_is_ours():
                 return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
             return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
+    return None
+
+
+def stale_heartbeat_reason(holder: Holder) -> str | None:
+    """Why a holder looks dead by its heartbeat alone (two renewals and a margin missed, by the
+    server's clock), or None. That proves nothing: a holder cut off from Redis goes on until its
+    own deadline, which is why ``unlock`` clears such a holder only with --force."""
+    if holder.foreign or holder.kernel_held:
+        return None
+    age = holder.heartbeat_age_s
+    ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
     if age is None or ttl is None:
         return None
     if age > 2 * ttl / 3 + renewal_margin(ttl):

@@ -17,7 +17,7 @@ from lockrun.clock import human_duration, seconds_since, utc_now_iso
 from lockrun.errors import LedgerError
 from lockrun.ledger import Ledger, RunRecord
 from lockrun.record import Status
-from lockrun.status import zombie_reason
+from lockrun.status import proven_dead_reason, stale_heartbeat_reason
 
 
 class Inspection(NamedTuple):
@@ -27,6 +27,7 @@ class Inspection(NamedTuple):
     holder: Holder
     heartbeat_age_s: float | None = None
     zombie_reason: str | None = None
+    proven: bool = False  # the zombie reason proves that nothing runs under it (not a stale heartbeat alone)
 
     @property
     def zombie(self) -> bool:
@@ -38,8 +39,20 @@ class Inspection(NamedTuple):
 
     @property
     def clearable(self) -> bool:
-        """Nothing runs under it: a crashed holder, or a finished run's --min-hold."""
-        return self.zombie or self.cooling
+        """Nothing runs under it: a holder proven dead, or a finished run's --min-hold. A stale
+        heartbeat alone is not enough: a holder cut off from Redis still runs its command until
+        its own deadline, and its lease expires by itself then (README "Is the holder alive?")."""
+        return (self.zombie and self.proven) or self.cooling
+
+    def refusal(self) -> str:
+        """Why ``unlock`` without --force keeps this holder (one clause of the refusal line)."""
+        if self.holder.problem:
+            return "it is malformed, and nothing shows that its holder is gone"
+        if self.zombie:
+            return (f"{self.zombie_reason}, which does not prove it dead: a holder cut off from Redis runs its"
+                    " command until its own lease runs out, and this lease expires by itself in"
+                    f" {human_duration(self.holder.ttl_remaining_s)}")
+        return "its holder looks alive"
 
     def describe(self) -> list[str]:
         """Lines for the operator: who holds it, since when, and whether it looks alive."""
@@ -73,9 +86,10 @@ def inspect_all(backend: Backend, name: str) -> list[Inspection]:
     """Every holder of ``name`` (several under --slots), judged one by one."""
     found = []
     for holder in backend.holders([name]):  # with its heartbeat's age by the server's clock
-        reason = None if holder.cooling_until else zombie_reason(holder)
+        proof = None if holder.cooling_until else proven_dead_reason(holder)
+        reason = proof or (None if holder.cooling_until else stale_heartbeat_reason(holder))
         found.append(Inspection(name=name, holder=holder, heartbeat_age_s=holder.heartbeat_age_s,
-                                zombie_reason=reason))
+                                zombie_reason=reason, proven=proof is not None))
     return found
 
 

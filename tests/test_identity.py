@@ -170,10 +170,11 @@ def test_local_holder_in_another_pid_namespace_is_shown_and_alive(local_env, tmp
     assert status(local_env, "lns", reader_prefix)["state"] == "free"
 
 
-def test_a_dead_holder_in_a_pid_namespace_is_cleared_only_when_the_server_says_so(env, tmp_path, holders,
-                                                                                   redis_server):
-    """Its pid proves nothing from here: it stays `held` (unlock refuses without --force) until its
-    heartbeat is stale by the server's clock, whatever this host's clock says."""
+def test_a_dead_holder_in_a_pid_namespace_is_never_cleared_without_force(env, tmp_path, holders, redis_server):
+    """Its pid proves nothing from here: it stays `held` until its heartbeat is stale by the
+    server's clock, whatever this host's clock says; even then a stale heartbeat proves nothing
+    (a holder cut off from Redis looks the same), so unlock still needs --force, and the lease
+    expires by itself."""
     holder = hold(holders, env, tmp_path, "gone", ttl="15", prefix=PID_NAMESPACE)
     holder.kill()
     client = redis_server.client()
@@ -190,10 +191,13 @@ def test_a_dead_holder_in_a_pid_namespace_is_cleared_only_when_the_server_says_s
             .total_seconds()
 
     wait_until(lambda: silent_for() > 11.7, timeout=30, interval=0.05, what="two missed renewals")
-    cleared = run(env, "unlock", "gone", "--yes", prefix=skewed("-50s"))  # this clock is far behind
-    assert cleared.returncode == 0, (cleared.stdout, cleared.stderr)
-    assert "zombie: its last heartbeat was" in cleared.stdout and "by the server's clock" in cleared.stdout
-    assert client.exists("lockrun:{gone}:lock") == 0
+    assert status(env, "gone", skewed("-50s"))["state"] == "zombie"  # this clock is far behind
+    kept = run(env, "unlock", "gone", "--yes", prefix=skewed("-50s"))
+    assert kept.returncode == 1 and kept.stderr.count("\n") == 1, (kept.stdout, kept.stderr)
+    assert "zombie: its last heartbeat was" in kept.stdout and "by the server's clock" in kept.stdout
+    assert "does not prove it dead" in kept.stderr and "expires by itself in" in kept.stderr
+    assert "unlock --force gone" in kept.stderr
+    wait_until(lambda: client.exists("lockrun:{gone}:lock") == 0, timeout=30, what="the lease to expire by itself")
     # The ledger's word is not a clearing: from the initial namespace, which sees every process, no
     # process is that run's lockrun any more; from any other, nothing can be told.
     expected = "abandoned" if host.pid_ns() == host.INIT_PID_NS else "running"
@@ -370,8 +374,12 @@ def test_a_stale_heartbeat_is_a_zombie_by_the_servers_clock_whatever_ours_says(e
     for reader in ([], skewed("+50s"), skewed("-50s")):
         lock = status(env, "stale", reader)
         assert lock["state"] == "zombie" and 50 <= lock["heartbeat_age_s"] < 60, (reader, lock)
-    cleared = run(env, "unlock", "stale", "--yes", prefix=skewed("-50s"))
+    kept = run(env, "unlock", "stale", "--yes", prefix=skewed("-50s"))
+    assert kept.returncode == 1 and "does not prove it dead" in kept.stderr, (kept.stdout, kept.stderr)
+    assert client.exists("lockrun:{stale}:lock") == 1
+    cleared = run(env, "unlock", "stale", "--yes", "--force", prefix=skewed("-50s"))
     assert cleared.returncode == 0 and "by the server's clock" in cleared.stdout
+    assert client.exists("lockrun:{stale}:lock") == 0
 
 
 def test_the_heartbeat_script_writes_iso_8601_utc_like_python(redis_server):
