@@ -328,6 +328,11 @@ def run(
     resolved = _settings(ctx, ttl)
     if slots > 1 and (replace or min_hold is not None):
         raise click.UsageError("--slots cannot be combined with --replace or --min-hold (yet)", ctx=ctx)
+    if slots > 1 and (once is not None or once_per is not None):
+        # A --once key is checked as a holder starts and marked done as it ends: N holders at once
+        # would all find the period's work not done yet, and all do it.
+        raise click.UsageError(f"--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
+                               " run the same key's work at the same time", ctx=ctx)
     if once is not None and once_per is not None:
         raise click.UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                                " start as the key; pick one", ctx=ctx)
@@ -462,11 +467,14 @@ def _check_ledger_directory(folder: Path) -> None:
     (a file, a dangling link, writable by others): "no runs recorded" would hide the cause."""
     import os
 
-    from lockrun.safefs import UnsafePath, private_dir
+    from lockrun.safefs import UnsafePath, check_ancestors, private_dir
 
-    if not os.path.lexists(folder):
-        return  # nothing has run on this host yet
     try:
+        if not os.path.lexists(folder):
+            # Nothing has run on this host yet, or no run could: one below a directory someone
+            # else controls is refused (exit 69), and "no runs recorded" would hide why.
+            check_ancestors(folder, "the ledger's directory")
+            return
         private_dir(folder, "the ledger's directory", create=False)
     except UnsafePath as exc:
         raise LedgerError(str(exc)) from None
@@ -535,17 +543,28 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
         hint = _other_backend_hint(book, resolved, wanted)
         if book is not None:
             book.close()
-    if as_json:
-        render.print_json({"backend": backend.name, "locks": view.locks})
-    else:
-        render.status_table(backend.name, resolved.redacted_url or "", view.locks,
-                            unreachable=view.unreachable is not None, notes=view.notes)
+    from lockrun.own_output import OutputFailed
+
+    output_failed = None
+    try:
+        if as_json:
+            render.print_json({"backend": backend.name, "locks": view.locks})
+        else:
+            render.status_table(backend.name, resolved.redacted_url or "", view.locks,
+                                unreachable=view.unreachable is not None, notes=view.notes)
+        sys.stdout.flush()
+    except OutputFailed as exc:  # the lines below and exit 69 still matter more than the table
+        output_failed = exc
     if hint:
         _say(hint)
     for warning in evicting:
         _say(warning)
     if view.unreachable is not None:
+        if output_failed is not None and not output_failed.broken_pipe:
+            _say(output_failed.reason)
         raise view.unreachable
+    if output_failed is not None:
+        raise output_failed
     ctx.exit(0)
 
 

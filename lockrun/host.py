@@ -147,17 +147,25 @@ def same_process_alive(pid: int | None, start: int | None) -> bool:
     if not valid_pid(pid):
         return False
     if start is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return _exists(pid)
     found = process_start(pid)
     if found is None:
-        return os.path.exists(f"/proc/{pid}")  # gone, unless /proc would not show its stat
+        # Its stat could not be read: gone, or hidden from us (/proc mounted hidepid=invisible
+        # hides other users' processes, files and all). The kernel's word is kill(pid, 0).
+        return _exists(pid)
     return found == start or not _same_time_namespace(pid)
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists in our PID namespace, by the kernel (``kill(pid, 0)``):
+    EPERM means it exists and is another user's; /proc may hide it, the kernel does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # --- records written before pid_ns was recorded -----------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from lockrun.errors import LedgerError
 from lockrun.record import Status
-from lockrun.safefs import UnsafePath, private_dir
+from lockrun.safefs import UnsafePath, check_owner_and_mode, private_dir
 
 # The files SQLite opens beside the database (WAL mode): none of them may be a link.
 SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -165,6 +165,12 @@ def check_files(path: Path, create: bool) -> None:
         if not stat.S_ISREG(info.st_mode):
             kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
             raise LedgerError(f"ledger file {side_path} is {kind}; refusing to open it (remove it, or set --ledger)")
+        try:
+            # Someone else's ledger, or one others may write, could be made to say anything (and
+            # it keeps the commands' output tails): as for the config file, StrictModes' rule.
+            check_owner_and_mode(side_path, info, "ledger file")
+        except UnsafePath as exc:
+            raise LedgerError(str(exc)) from None
 
 
 def full_disk_hint(path: Path) -> str:

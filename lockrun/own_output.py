@@ -74,9 +74,23 @@ class _StandardOutput(io.RawIOBase):
                                    broken_pipe=exc.errno == errno.EPIPE) from None
 
 
+def _writes_to_fd_1(stream: object) -> bool:
+    """Is ``stream`` a file over descriptor 1 (not a caller's own, such as a test's capture)?"""
+    fileno = getattr(stream, "fileno", None)
+    try:
+        return callable(fileno) and fileno() == 1
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+
+
 def guard(closed_at_start: bool) -> None:
-    """Replace ``sys.stdout`` by a stream over fd 1 whose failures raise OutputFailed."""
+    """Replace ``sys.stdout`` by a stream over fd 1 whose failures raise OutputFailed.
+
+    Only where ``sys.stdout`` is fd 1 (or missing): a caller that gave lockrun a stream of its
+    own (``main()`` called in-process, with its output captured) keeps it."""
     previous = sys.stdout
+    if not closed_at_start and previous is not None and not _writes_to_fd_1(previous):
+        return
     encoding = getattr(previous, "encoding", None) or "utf-8"
     raw = _StandardOutput(closed_at_start)
     # backslashreplace: text from elsewhere (an undecodable command) never fails to encode.

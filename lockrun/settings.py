@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from lockrun.backends import ALL_REPLICAS
 from lockrun.backends.redis_url import redact_url, url_without_credentials, validate_redis_url
-from lockrun.errors import ConfigError, UsageError
+from lockrun.errors import BackendUnavailable, ConfigError, UsageError
 from lockrun.record import FINAL_STATUSES, Status
 from lockrun.safefs import UnsafePath, check_owner_and_mode, special_file
 
@@ -334,7 +334,16 @@ MAX_CONFIG_BYTES = 1 << 20
 
 
 def default_config_paths() -> list[Path]:
-    return [SYSTEM_CONFIG, Path.home() / ".config" / "lockrun" / "config.toml"]
+    """/etc/lockrun.toml, then ~/.config/lockrun/config.toml of the passwd entry's home: like the
+    state directory (state_home.py), never ``$HOME``, which cron, ``sudo -E`` or a crontab's
+    ``HOME=`` line change, so that one user's runs read one file whatever their environment."""
+    from lockrun.state_home import passwd_home
+
+    try:
+        home = passwd_home()
+    except BackendUnavailable:  # no passwd entry and no usable HOME: the system file alone
+        return [SYSTEM_CONFIG]
+    return [SYSTEM_CONFIG, home / ".config" / "lockrun" / "config.toml"]
 
 
 def _toml_loads(text: str) -> dict[str, object]:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
 from lockrun import descendants
 from lockrun.errors import CommandNotRunnable, ExitCode
+from lockrun.printable import printable
 from lockrun.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
 from lockrun.watchdog import Watchdog
 
@@ -71,21 +72,22 @@ def _load_prctl() -> Callable[..., int] | None:
 
 def check_runnable(argv: list[str]) -> None:
     """Fail early, before taking the lock, for a command that cannot be executed."""
-    program = argv[0]
-    if shutil.which(program):
+    if shutil.which(argv[0]):
         return
-    if "/" in program:
-        if os.path.isdir(program) or (os.path.exists(program) and not os.access(program, os.X_OK)):
+    program = printable(argv[0])  # named in one line: a newline or an escape in it is shown escaped
+    if "/" in argv[0]:
+        if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
             raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
         raise CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
     for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(folder or ".", program)
+        candidate = os.path.join(folder or ".", argv[0])
         if os.path.isfile(candidate):
             raise CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
     raise CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
 
 
 def _spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
+    program = printable(program)
     if isinstance(exc, FileNotFoundError):
         return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
     return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)

@@ -7,8 +7,9 @@ lockrun. Lines on the pipe tell it what to kill: ``group PGID`` (the command's p
 group), ``cgroup DIR`` (the run's own cgroup, cgroup.py, when there is one); ``disarm`` (a
 normal end) lets it go. EOF without ``disarm`` means lockrun died: it SIGKILLs the group and,
 through ``cgroup.kill``, everything in the cgroup (which covers the processes that left the
-group, ``setsid`` and double forks), then removes the emptied cgroup. It ignores the signals
-that may hit lockrun's own group: only the pipe ends it. A shell spawned with vfork costs a
+group, ``setsid`` and double forks), then removes the emptied cgroup. It runs in a session of
+its own, so that what hits lockrun's process group (a group SIGKILL or SIGSTOP) does not hit it,
+and ignores the catchable signals besides: only the pipe ends it. A shell spawned with vfork costs a
 fraction of forking the Python process, and ~1 MiB of memory instead of a copy of lockrun's.
 """
 
@@ -42,9 +43,12 @@ class Watchdog:
         if self._process is not None:
             return
         try:
+            # A session of its own: a signal to lockrun's process group (``timeout -s KILL``,
+            # ``kill -9 -- -PGID``, a group SIGSTOP) must not take the watchdog with lockrun, or
+            # nobody would be left to kill the command's group and cgroup.
             self._process = subprocess.Popen(
                 ["/bin/sh", "-c", WATCHDOG_SCRIPT],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             )
         except OSError:  # PR_SET_PDEATHSIG still covers the direct child
             self._process = None

@@ -317,3 +317,51 @@ def client_commands(server: RedisServer, argv: list[str], env: dict) -> list[str
                 continue
             seen.append(event["command"].split()[0].upper())
     return seen
+
+
+# --- another user ------------------------------------------------------------------------------------
+
+OTHER_UID = 1001  # another user: nobody with this uid runs anything here
+TEST_UID = 4242  # a user the tests run lockrun as (tests/test_paths.py, tests/test_blind_spots.py)
+
+
+@pytest.fixture
+def user(tmp_path):
+    """TEST_UID, with a passwd entry and a home of its own: ``argv(...)`` runs a command as that
+    user, in a mount namespace where /etc/passwd has the entry. The user keeps CAP_DAC_READ_SEARCH
+    only so that it can reach the test's interpreter (perhaps under /root) and config file; it
+    cannot write anywhere but its home. The home is outside pytest's 0700 directories, since
+    access(2), which lockrun asks whether it may write, checks without that capability."""
+    top = Path(tempfile.mkdtemp(prefix="lockrun-user-"))
+    os.chmod(top, 0o755)
+    home = top / "home"
+    home.mkdir()
+    os.chown(home, TEST_UID, TEST_UID)
+    passwd = tmp_path / "passwd"
+    passwd.write_text(Path("/etc/passwd").read_text() + f"lockrun-test:x:{TEST_UID}:{TEST_UID}::{home}:/bin/sh\n")
+
+    class User:
+        def __init__(self) -> None:
+            self.home = home
+            base = {k: v for k, v in isolated_env(tmp_path).items() if k != "LOCKRUN_STATE_DIR"}
+            self.cron = {**base, "HOME": str(home)}  # cron: HOME from the passwd entry, no XDG_STATE_HOME
+            self.shell = {**self.cron, "XDG_STATE_HOME": str(home / "xdg-state")}  # a login shell that sets it
+            self.cron.pop("XDG_STATE_HOME", None)
+
+        @staticmethod
+        def argv(*args: str, before: list[str] | tuple[str, ...] = ()) -> list[str]:
+            """``before``: shell commands run as root in the mount namespace first (a mount)."""
+            become = " && ".join(['mount --bind "$0" /etc/passwd', *before,
+                                  f'exec setpriv --reuid {TEST_UID} --regid {TEST_UID} --clear-groups'
+                                  ' --inh-caps +dac_read_search --ambient-caps +dac_read_search "$@"'])
+            return ["unshare", "--mount", "sh", "-c", become, str(passwd), *lockrun_argv(*args)]
+
+        def run(self, env: dict, *args: str, before: list[str] | tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+            return subprocess.run(self.argv(*args, before=before), env=env, capture_output=True, text=True,
+                                  timeout=60)
+
+        def spawn(self, env: dict, *args: str) -> subprocess.Popen:
+            return subprocess.Popen(self.argv(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    yield User()
+    shutil.rmtree(top, ignore_errors=True)

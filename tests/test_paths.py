@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import isolated_env, lockrun_argv, run_lockrun, wait_until
-
-OTHER_UID = 1001  # another user: nobody with this uid runs anything here
-TEST_UID = 4242  # the user the cron-versus-shell cases run lockrun as
+from tests.conftest import OTHER_UID, run_lockrun, wait_until
 
 
 def assert_one_line(result, code: int, *needles: str) -> None:
@@ -114,45 +108,6 @@ def test_the_ledgers_directory_is_checked_the_same_way(env, tmp_path):
 
 
 # --- one set of local locks per user, from cron and from a shell ----------------------------------
-
-
-@pytest.fixture
-def user(tmp_path):
-    """TEST_UID, with a passwd entry and a home of its own: ``argv(...)`` runs a command as that
-    user, in a mount namespace where /etc/passwd has the entry. The user keeps CAP_DAC_READ_SEARCH
-    only so that it can reach the test's interpreter (perhaps under /root) and config file; it
-    cannot write anywhere but its home. The home is outside pytest's 0700 directories, since
-    access(2), which lockrun asks whether it may write, checks without that capability."""
-    top = Path(tempfile.mkdtemp(prefix="lockrun-user-"))
-    os.chmod(top, 0o755)
-    home = top / "home"
-    home.mkdir()
-    os.chown(home, TEST_UID, TEST_UID)
-    passwd = tmp_path / "passwd"
-    passwd.write_text(Path("/etc/passwd").read_text() + f"lockrun-test:x:{TEST_UID}:{TEST_UID}::{home}:/bin/sh\n")
-
-    class User:
-        def __init__(self) -> None:
-            self.home = home
-            base = {k: v for k, v in isolated_env(tmp_path).items() if k != "LOCKRUN_STATE_DIR"}
-            self.cron = {**base, "HOME": str(home)}  # cron: HOME from the passwd entry, no XDG_STATE_HOME
-            self.shell = {**self.cron, "XDG_STATE_HOME": str(home / "xdg-state")}  # a login shell that sets it
-            self.cron.pop("XDG_STATE_HOME", None)
-
-        @staticmethod
-        def argv(*args: str) -> list[str]:
-            become = (f'mount --bind "$0" /etc/passwd && exec setpriv --reuid {TEST_UID} --regid {TEST_UID}'
-                      ' --clear-groups --inh-caps +dac_read_search --ambient-caps +dac_read_search "$@"')
-            return ["unshare", "--mount", "sh", "-c", become, str(passwd), *lockrun_argv(*args)]
-
-        def run(self, env: dict, *args: str) -> subprocess.CompletedProcess:
-            return subprocess.run(self.argv(*args), env=env, capture_output=True, text=True, timeout=60)
-
-        def spawn(self, env: dict, *args: str) -> subprocess.Popen:
-            return subprocess.Popen(self.argv(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    yield User()
-    shutil.rmtree(top, ignore_errors=True)
 
 
 def _held(user, env) -> list[str]:
