@@ -46,6 +46,7 @@ DETAIL = ", host, run_id, exit_code, exit_status, signal"
 _USABLE = "duration_s > -1e12 AND duration_s < 1e12"
 _UNUSABLE = ("duration_s IS NULL", "duration_s <= -1e12", "duration_s >= 1e12")
 _SUCCEEDED = str(Status.SUCCEEDED)
+_WRITTEN = len("2026-11-30T14:03:12.000000Z")  # a time as lockrun writes it (clock.ISO_FORMAT)
 # Not a skip, in the form SQLite checks fastest: almost every run succeeded, and a comparison
 # each costs half what NOT IN does.
 _A_RUN = ("(status = '" + _SUCCEEDED + "' OR (" + " AND ".join(f"status != '{status}'" for status in sorted(NOT_A_RUN))
@@ -62,6 +63,7 @@ class Columns(NamedTuple):
     marks: list[Row]  # (started_at, ended_at, status) of each skip that started in the window, by start
     median_s: float | None
     max_s: float | None
+    as_written: bool  # every time as lockrun writes it (clock.ISO_FORMAT: 27 ASCII characters)
 
 
 def open_sql(columns: str, host_filter: str) -> str:
@@ -270,6 +272,7 @@ class LedgerTimeline:
                 return None
             last = _last_status(starts, ends, others)
             marks = [mark for mark in marks if since <= mark[0] < until]
+            edges = [*(mark[0] for mark in marks), *(mark[1] for mark in marks)]
             durations: list[float] = []
             for started, ended, status, duration in tail:
                 if status in NOT_A_RUN:
@@ -287,7 +290,13 @@ class LedgerTimeline:
         if figures is None:
             return None
         marks.sort()
-        return Columns(starts, ends, others, last, marks, *figures)
+        # The SVG draws a lane by stretches only if each time is as lockrun writes it: the joined
+        # ones are checked at once, the few others (the skips, the runs after the window or not
+        # ended) one by one.
+        as_written = _as_written(joined_starts, count) and _as_written(joined_ends, count) and all(
+            isinstance(time, str) and len(time) == _WRITTEN and time.isascii()
+            for time in [*edges, *starts[count:], *ends[count:]])
+        return Columns(starts, ends, others, last, marks, *figures, as_written)
 
     def _median_and_longest(self, db: sqlite3.Connection, in_window: str, params: dict[str, Any], runs: int,
                             tail: list[float]) -> tuple[float | None, float | None] | None:
@@ -353,6 +362,13 @@ def _tail_sql(host_filter: str) -> str:
     return (f"SELECT {SPAN} FROM runs INDEXED BY runs_timeline WHERE name = :name AND ended_at >= :until"
             " AND started_at < :until AND typeof(started_at) = 'text' AND typeof(ended_at) = 'text'"
             f"{host_filter} ORDER BY ended_at, started_at, status")
+
+
+def _as_written(joined: bytes | None, count: int) -> bool:
+    """Whether ``count`` values that SQLite joined with commas (and no more commas) are all times
+    as lockrun writes them: then a comma stands after every 27 bytes, and all are ASCII."""
+    return joined is None or (len(joined) == count * (_WRITTEN + 1) - 1 and joined.isascii()
+                              and joined[_WRITTEN::_WRITTEN + 1] == b"," * (count - 1))
 
 
 def _split(joined: bytes | None, count: int) -> list[str] | None:

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from lockrun.ledger import Ledger
     from lockrun.ledger_timeline import Columns, LedgerTimeline
 
-_TIME_LENGTH = len("2026-11-30T14:03:12.000000Z")  # clock.ISO_FORMAT
-
 
 def from_ledger(book: Ledger, window: tl.Window, names: list[str] | None, host: str | None, by_host: bool,
                 per_run_below: int = 0) -> tuple[list[str], Iterator[tl.LaneChart]]:
@@ -46,6 +44,12 @@ def run_details(book: Ledger, host: str | None) -> tl.RunDetails:
     return lambda chart, starts: reads.runs_started_at(chart.name, starts, host=host)
 
 
+def lane(name: str, columns: Columns) -> tl.LaneColumns:
+    """A lane of the ledger's columns, for ``timeline.chart``."""
+    return tl.LaneColumns(name, None, columns.starts, columns.ends, columns.others, columns.last_status,
+                          columns.marks, columns.median_s, columns.max_s)
+
+
 def _charts(reads: LedgerTimeline, window: tl.Window, names: list[str], host: str | None,
             per_run_below: int) -> Iterator[tl.LaneChart]:
     since, until = tl.iso(window.since), tl.iso(window.until)
@@ -54,7 +58,7 @@ def _charts(reads: LedgerTimeline, window: tl.Window, names: list[str], host: st
         odd = reads.odd_names()
         for name in names:
             columns = reads.columns(name, since, until, open_end, host) if name not in odd else None
-            chart = tl.chart(tl.LaneColumns(name, None, *columns)) if columns is not None else None
+            chart = tl.chart(lane(name, columns)) if columns is not None else None
             if chart is None or (per_run_below and not _in_stretches(columns, chart, per_run_below)):
                 runs = reads.window(since, until, [name], host=host, detail=per_run_below > 0)
                 chart = next(tl.layout(tl.lanes(runs), window))
@@ -65,8 +69,5 @@ def _in_stretches(columns: Columns | None, chart: tl.LaneChart, per_run_below: i
     """Whether the SVG draws a lane of columns a stretch of pixels at a time: one with many runs, in
     lockrun's own form (statuses it has a colour for, times as the ledger writes them). It draws
     any other run by run, from its rows."""
-    if columns is None:
-        return False
-    times = [*columns.starts, *columns.ends, *(mark[0] for mark in columns.marks), *(mark[1] for mark in columns.marks)]
-    return (chart.figures.runs >= per_run_below and set(columns.others) <= tl.RUN_STATUSES
-            and set(map(len, times)) <= {_TIME_LENGTH} and "".join(times).isascii())
+    return (columns is not None and columns.as_written and chart.figures.runs >= per_run_below
+            and set(columns.others) <= tl.RUN_STATUSES)

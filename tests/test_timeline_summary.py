@@ -207,7 +207,7 @@ def test_a_lane_that_follows_on_is_drawn_from_its_columns(tmp_path):
     assert columns is not None and len(columns.starts) == 32 and len(columns.marks) == 1
     assert {status: len(starts) for status, (starts, _) in columns.others.items()} == {"failed": 6, "unavailable": 1}
     assert (columns.median_s, columns.max_s, columns.last_status) == (420.0, 420.0, "succeeded")
-    chart = tl.chart(tl.LaneColumns("alpha", None, *columns))
+    chart = tl.chart(timeline_charts.lane("alpha", columns))
     assert chart is not None and len(chart.tracks) == 1 and chart.tracks[0].details is None
     assert chart.figures[:3] == (32, 7, 1)
     # Two runs of no length at the same time (an unavailable one and a failed one): the failure is drawn.
@@ -238,7 +238,7 @@ def test_overlaps_and_odd_rows_are_drawn_from_their_rows(tmp_path):
     assert reads.odd_names() == {"beta", "gamma"}
     assert reads.columns("delta", since, until, until) is None
     for name in ("alpha", "epsilon"):  # an overlap; a run that starts after the window, but ends in it
-        assert tl.chart(tl.LaneColumns(name, None, *reads.columns(name, since, until, until))) is None
+        assert tl.chart(timeline_charts.lane(name, reads.columns(name, since, until, until))) is None
     from_columns, from_rows = three_charts(book, window, None, 100)
     assert from_columns == from_rows
     book.close()
