@@ -93,7 +93,7 @@ REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo
 
 
 def _moment(value: str, what: str) -> float | datetime:
-    from lockrun.timeline import parse_moment  # not at import time: `run` never needs it
+    from lockrun.timeline_window import parse_moment  # not at import time: `run` never needs it
 
     return parse_moment(value, what)
 
@@ -786,11 +786,12 @@ def timeline(
     is unreachable).
     """
     from lockrun import render_timeline as drawing
-    from lockrun import sources, timeline_charts
+    from lockrun import sources, timeline_charts, timeline_svg
     from lockrun import timeline as tl
+    from lockrun.timeline_window import resolve_window
 
     resolved = _settings(ctx)
-    window = tl.resolve_window(since, until)
+    window = resolve_window(since, until)
     wanted = list(names) or None
     from_fleet = fleet and bool(resolved.redis_url)
     book = None if from_fleet else _open_ledger_for_reading(resolved.ledger_path)
@@ -801,13 +802,13 @@ def timeline(
             labels, charts = [tl.label(lane.name, lane.host) for lane in lanes], tl.layout(lanes, window)
         else:
             labels, charts = sources.ledger_timeline(book, window, wanted, host_filter, by_host,
-                                                     per_run_below=drawing.SVG_PER_RUN_BELOW if svg_path else 0)
+                                                     per_run_below=timeline_svg.SVG_PER_RUN_BELOW if svg_path else 0)
         if svg_path is not None:
             from lockrun.host import hostname
 
             source = "the fleet record (every host)" if from_fleet else f"the ledger of {hostname()}"
             details = None if book is None else timeline_charts.run_details(book, host_filter)
-            document = drawing.svg(labels, charts, window, subtitle=f"runs recorded in {source}", details=details)
+            document = timeline_svg.svg(labels, charts, window, subtitle=f"runs recorded in {source}", details=details)
             try:
                 _write_file(svg_path, document)
             except OSError as exc:

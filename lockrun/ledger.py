@@ -13,7 +13,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -32,8 +32,7 @@ from lockrun.ledger_file import (
 from lockrun.record import IN_PROGRESS, ROW_FIELDS, Status
 
 if TYPE_CHECKING:
-    from lockrun.ledger_lanes import LaneReads
-    from lockrun.ledger_timeline import LedgerTimeline
+    from lockrun.ledger_timeline import KnownDead, LedgerTimeline
 
 # Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
 # (an integer past 64 bits) is an OverflowError.
@@ -94,10 +93,6 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: known_dead(host, boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
-#: certainly gone? The rule is the caller's (host.known_dead); storage only hands over what was
-#: recorded (of any type: a ledger may have been written by anyone).
-KnownDead = Callable[[Any, Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
 #: A run as ``history --json`` shows it (PUBLIC_FIELDS; see _row_to_dict for each one's type).
 RunRow = dict[str, Any]
 
@@ -348,12 +343,6 @@ class Ledger:
         from lockrun.ledger_timeline import LedgerTimeline  # not on the run path
 
         return LedgerTimeline(self._connection, self._known_dead)
-
-    def lanes(self) -> LaneReads:
-        """The timeline's reads of a lane as columns and figures (ledger_lanes.py)."""
-        from lockrun.ledger_lanes import LaneReads  # not on the run path
-
-        return LaneReads(self._connection, self._known_dead)
 
     def recent_configurations(self, since: str, names: list[str] | None = None) -> list[dict[str, Any]]:
         """How this host's runs since ``since`` reached their backend, newest first: ``name``,

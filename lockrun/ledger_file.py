@@ -103,7 +103,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN backend_where TEXT",
         "ALTER TABLE runs ADD COLUMN backend_from TEXT",
     ),
-    # `lockrun timeline` drawn from summaries (ledger_lanes.py): the few runs that did not
+    # `lockrun timeline` drawn from columns (ledger_timeline.py): the few runs that did not
     # succeed, and the skips, by name and status; and every finished run by name and duration
     # (an exact median walks to the middle of a name's entries instead of sorting them). Both
     # partial: a running row is in neither, so starting a run writes nothing to them; finishing

@@ -1,34 +1,31 @@
 """The geometry of `lockrun timeline`: runs on a time axis, one lane per lock name (or name and host).
 
-Pure: no rich, no SQLite, no click. The ledger (or any other source of ``history --json``-shaped
-rows) supplies runs; this module decides which columns each run covers, stacks runs that overlap
-in time onto sub-rows so that no overlap can hide behind another bar, and works out each lane's
-figures. ``render_timeline`` draws the result as text or SVG.
+Pure: no rich, no SQLite, no click. A source supplies each lane's runs, as rows (``Lane``: the
+fleet record's, or the ledger's with every detail) or as columns (``LaneColumns``: the ledger's
+busy lanes, read without a Python object per run); this module decides which columns each run
+covers, stacks runs that overlap in time onto sub-rows so that no overlap can hide behind
+another bar, and works out each lane's figures. ``render_timeline`` and ``timeline_svg`` draw
+the result; ``timeline_axis`` places the ticks.
 
 Timestamps are ISO 8601 UTC strings in the ledger's fixed-width form (``2026-11-30T14:03:12.000000Z``,
 see ``clock.ISO_FORMAT``), which sort as text. The layout compares those strings and never parses
 a timestamp per run, and does the per-run work with C-level builtins (``bisect``, ``map``,
-slices): for a week of a busy ledger (a million runs) it costs a third of what reading the runs
-from SQLite does (bench/NOTES.md, "Timeline").
+slices) over one list per field: for a week of a busy ledger (a million runs) it costs less than
+reading the runs from SQLite does (bench/NOTES.md, "Timeline").
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, time, timedelta, timezone
-from functools import partial
-from itertools import compress, islice
-from operator import eq, is_not, itemgetter, le, lt
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from itertools import compress, islice, repeat
+from operator import eq, itemgetter, le, lt, ne
+from typing import Any, NamedTuple
 
 from lockrun.clock import ISO_FORMAT, parse_iso
-from lockrun.errors import UsageError
 from lockrun.record import NOT_A_RUN, Status
-
-if TYPE_CHECKING:
-    from lockrun.lane_summary import SummaryTrack
 
 # Skips: nothing ran. Drawn as a faint mark on the lane, never as a bar, never counted as a run.
 MARK_STATUSES = NOT_A_RUN
@@ -37,6 +34,8 @@ MARK_STATUSES = NOT_A_RUN
 SEVERITY = (Status.SUCCEEDED, Status.RUNNING, Status.PREEMPTED, Status.UNAVAILABLE, Status.ABANDONED, Status.ERROR,
             Status.KILLED, Status.FAILED, Status.TIMEOUT, Status.LOST)
 _RANK: dict[str, int] = {status: rank for rank, status in enumerate(SEVERITY, start=1)}  # unknown statuses: 0
+RUN_STATUSES = frozenset(SEVERITY)  # every status of a run that the chart has a colour for
+_SUCCEEDED = str(Status.SUCCEEDED)
 
 # What counts as a failure in a lane's figures: every run that did not do its work, except a
 # run that another run replaced on purpose (--replace) and one still running.
@@ -54,9 +53,6 @@ LEGEND = (
     ("S", "succeeded"), ("F", "failed"), ("T", "timeout"), ("L", "lost/preempted"), ("K", "killed"),
     ("R", "running"), ("A", "abandoned"), ("E", "error"), ("U", "unavailable"), (MARK_LETTER, "busy/skipped"),
 )
-
-MAX_WINDOW_S = 3660 * 86400.0  # ten years and change
-FIRST_YEAR, LAST_YEAR = 1970, 9998  # --since/--until times: far enough from datetime's own limits
 
 
 class RunSpan(NamedTuple):
@@ -81,7 +77,7 @@ _START, _END, _STATUS, _DURATION, _HOST = 0, 1, 2, 3, 4
 
 
 class Lane(NamedTuple):
-    """The runs and skips of one lock name (with --by-host: of one name on one host)."""
+    """The runs and skips of one lock name (with --by-host: of one name on one host), as rows."""
 
     name: str
     host: str | None
@@ -89,18 +85,41 @@ class Lane(NamedTuple):
     marks: list[Span]  # skips
 
 
+#: The runs of a track that did not succeed, per status: their starts and ends, in the track's
+#: order. A run in no list succeeded: a busy lane's tracks are a few per cent of it.
+Others = dict[Any, tuple[list[str], list[str]]]
+
+
+class LaneColumns(NamedTuple):
+    """A lane's runs as columns (a busy lane of the ledger), to be drawn if they follow one
+    another (``chart``): their starts and ends, finished ones by end, then the runs without an
+    end; ``ends`` as drawn for those (a running run to now, any other at its start)."""
+
+    name: str
+    host: str | None
+    starts: list[str]
+    ends: list[str]
+    others: Others
+    last_status: Any  # of the last run in that order
+    marks: list[Span]  # skips, in time order
+    median_s: float | None
+    max_s: float | None
+
+
 class Track(NamedTuple):
     """One sub-row of a lane: runs that do not overlap, in time order.
 
     ``ends`` are the ends as drawn: a running run reaches now (at most the window's end), an
     abandoned one or one of no length ends just after its start, so that it still fills the cell
-    it started in.
+    it started in; so are those in ``others``. ``details``: each run as a Span, when the lane came
+    as rows (the SVG draws such a track run by run, any other by stretches of pixels).
     """
 
-    runs: list[Span]
     starts: list[str]
     ends: list[str]
-    statuses: list[str]
+    others: Others
+    last_status: Any  # of the track's last run
+    details: list[Span] | None
 
 
 class Figures(NamedTuple):
@@ -115,11 +134,14 @@ class Figures(NamedTuple):
 class LaneChart(NamedTuple):
     name: str
     host: str | None
-    # The first one holds every run that overlaps no earlier one. A lane drawn from its summary
-    # has one SummaryTrack instead (lane_summary: its runs as columns, no tuple per run).
-    tracks: Sequence[Track | SummaryTrack]
+    tracks: Sequence[Track]  # the first one holds every run that overlaps no earlier one
     marks: list[Span]  # skips, in time order
     figures: Figures
+
+
+#: The details (``window(detail=True)``-shaped Spans) of a chart's runs that started at the given
+#: times, for the SVG's tooltips of a track drawn from its columns.
+RunDetails = Callable[[LaneChart, list[str]], list[Span]]
 
 
 class Window(NamedTuple):
@@ -152,80 +174,6 @@ def _microseconds(delta: timedelta) -> int:
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime(ISO_FORMAT)
-
-
-# --- the window from --since / --until ----------------------------------------------------------------
-
-
-def parse_moment(text: str, what: str) -> float | datetime:
-    """A ``--since``/``--until`` value: a duration (``90m``, ``24h``, ``7d``) in seconds, or a point in time.
-
-    Times: ``now``, ``today`` and ``yesterday`` (local midnight), ``HH:MM[:SS]`` (today, local),
-    and ISO 8601 dates and date-times (``2026-11-30``, ``2026-11-30 14:00``,
-    ``2026-11-30T14:00:00Z``, ``...+01:00``); without an offset they are local time.
-    """
-    from lockrun.settings import parse_duration  # settings is the home of every duration rule
-
-    value = str(text).strip()
-    if value and value[-1] in "smhd" and value[:-1].replace(".", "", 1).isdigit():
-        return parse_duration(value, what, maximum=MAX_WINDOW_S)
-    try:
-        moment = _parse_time(value)
-    except OverflowError:
-        moment = datetime.min.replace(tzinfo=timezone.utc)  # out of range: said below
-    if moment is None:
-        raise UsageError(
-            f"invalid {what} {text!r}: expected a duration (90m, 24h, 7d) or a time (now, today, yesterday, "
-            "14:00, 2026-11-30, '2026-11-30 14:00', 2026-11-30T14:00:00Z)"
-        )
-    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
-        raise UsageError(f"invalid {what} {text!r}: a time in the years {FIRST_YEAR} to {LAST_YEAR}")
-    return moment
-
-
-def _parse_time(value: str) -> datetime | None:
-    local_now = datetime.now().astimezone()
-    midnight = datetime.combine(local_now.date(), time()).astimezone()
-    words = {"now": local_now, "today": midnight, "yesterday": _local(datetime.combine(
-        local_now.date() - timedelta(days=1), time()))}
-    if value.lower() in words:
-        return words[value.lower()].astimezone(timezone.utc)
-    try:
-        if len(value) <= 8 and ":" in value:  # HH:MM or HH:MM:SS, today
-            clock = time.fromisoformat(value)
-            return _local(datetime.combine(local_now.date(), clock)).astimezone(timezone.utc)
-        if value.endswith(("Z", "z")):
-            value = value[:-1] + "+00:00"
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
-        raise OverflowError(moment.year)
-    return (_local(moment) if moment.tzinfo is None else moment).astimezone(timezone.utc)
-
-
-def _local(naive: datetime) -> datetime:
-    return naive.astimezone()  # a naive datetime is taken as local time
-
-
-def resolve_window(since: float | datetime, until: float | datetime | None, now: datetime | None = None) -> Window:
-    """``--since`` as a duration is the window's length, ending at ``--until`` (default: now);
-    ``--until`` as a duration is that long ago."""
-    now = now or datetime.now(timezone.utc)
-    try:
-        end = now if until is None else (now - timedelta(seconds=until) if isinstance(until, float) else until)
-        start = end - timedelta(seconds=since) if isinstance(since, float) else since
-    except OverflowError:
-        raise UsageError("--since/--until: that is before the year 1") from None
-    if start >= end:
-        raise UsageError(f"--since ({_shown(start)}) must be before --until ({_shown(end)})")
-    if (end - start).total_seconds() > MAX_WINDOW_S:
-        raise UsageError(f"--since/--until: a window of at most {int(MAX_WINDOW_S // 86400)} days")
-    return Window(start, end, now)
-
-
-def _shown(moment: datetime) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
 # --- lanes from a source --------------------------------------------------------------------------------
@@ -320,28 +268,41 @@ def _canonical(value: object) -> str | None:
 
 
 def layout(lanes_: Iterable[Lane], window: Window) -> Iterator[LaneChart]:
-    """One chart per lane, as the lanes come (a source may hand them over one at a time)."""
+    """One chart per lane of rows, as the lanes come (a source may hand them over one at a time)."""
     open_end = min(iso(window.until), iso(window.now))
     for lane in lanes_:
-        yield _lane_chart(lane, open_end)
+        runs = lane.runs
+        starts, ends = list(map(itemgetter(_START), runs)), list(map(itemgetter(_END), runs))
+        if None in ends:
+            ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
+        tracks = _tracks(starts, ends, list(map(itemgetter(_STATUS), runs)), runs)
+        durations = [duration for duration in map(itemgetter(_DURATION), runs) if duration is not None]
+        marks = lane.marks if _is_sorted(list(map(itemgetter(_START), lane.marks))) else sorted(lane.marks)
+        yield _chart(lane.name, lane.host, tracks, len(runs), marks, _median(durations),
+                     max(durations) if durations else None)
 
 
-def _lane_chart(lane: Lane, open_end: str) -> LaneChart:
-    runs = lane.runs
-    tracks = _tracks(runs, open_end)
-    durations = list(filter(partial(is_not, None), map(itemgetter(_DURATION), runs)))
+def chart(lane: LaneColumns) -> LaneChart | None:
+    """The chart of a lane of columns, or None when its runs do not follow one another (some run
+    starts before the one before it has ended, or ends before it starts: the source then hands
+    the lane over as rows, whose runs can be stacked)."""
+    starts, ends = lane.starts, lane.ends
+    has_length = all(map(lt, starts, ends))
+    if not (has_length or all(map(le, starts, ends))) or not all(map(le, ends, islice(starts, 1, None))):
+        return None
+    others = {status: (status_starts, _drawn(status_starts, status_ends))
+              for status, (status_starts, status_ends) in lane.others.items()}
+    tracks = [Track(starts, ends if has_length else _drawn(starts, ends), others, lane.last_status, None)] \
+        if starts else []
+    return _chart(lane.name, lane.host, tracks, len(starts), lane.marks, lane.median_s, lane.max_s)
+
+
+def _chart(name: str, host: str | None, tracks: list[Track], runs: int, marks: list[Span], median_s: float | None,
+           max_s: float | None) -> LaneChart:
+    failures = sum(len(track.others[status][0]) for track in tracks for status in FAILURES & track.others.keys())
     # Each track is in order of start: the last run to start ends one of them.
-    last = max((track.runs[-1] for track in tracks), key=itemgetter(_START))[_STATUS] if tracks else None
-    figures = Figures(
-        runs=len(runs),
-        failures=sum(sum(map(FAILURES.__contains__, track.statuses)) for track in tracks),
-        skips=len(lane.marks),
-        median_s=_median(durations),
-        max_s=max(durations) if durations else None,
-        last_status=last,
-    )
-    marks = lane.marks if _is_sorted(list(map(itemgetter(_START), lane.marks))) else sorted(lane.marks)
-    return LaneChart(lane.name, lane.host, tracks, marks, figures)
+    last = max(tracks, key=lambda track: track.starts[-1]).last_status if tracks else None
+    return LaneChart(name, host, tracks, marks, Figures(runs, failures, len(marks), median_s, max_s, last))
 
 
 def _median(values: list[float]) -> float | None:
@@ -356,39 +317,29 @@ def _is_sorted(values: list[str]) -> bool:
     return all(map(le, values, values[1:]))
 
 
-def _tracks(runs: list[Span], open_end: str) -> list[Track]:
+def _tracks(starts: list[str], ends: list[str], statuses: list[Any], runs: list[Span]) -> list[Track]:
     """Runs in as few sub-rows as possible, none overlapping another in its sub-row.
 
     The fast path: runs that follow one another (each ends before the next starts; the ledger
     hands them over ordered by end) are one track, checked with C-level builtins. Otherwise each
     run goes, in order of start, into the first sub-row that is free by then.
     """
-    if not runs:
+    if not starts:
         return []
-    starts = list(map(itemgetter(_START), runs))
-    ends = list(map(itemgetter(_END), runs))
-    if None in ends:
-        ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
-    # Every run has a length (the common case: one pass proves both that and start <= end) or at
-    # least does not end before it starts; and each ends before the next begins.
-    has_length = all(map(lt, starts, ends))
-    if (has_length or all(map(le, starts, ends))) and all(map(le, ends, islice(starts, 1, None))):
-        return [_track(runs, starts, ends, has_length)]
-    ordered = sorted(zip(starts, (max(s, e) for s, e in zip(starts, ends, strict=True)), range(len(runs)), strict=True))
+    if all(map(le, starts, ends)) and all(map(le, ends, islice(starts, 1, None))):
+        return [_track(starts, ends, statuses, runs)]
+    drawn_ends = list(map(max, starts, ends))
     free_at: list[str] = []  # per sub-row: when its last run ended
     members: list[list[int]] = []
-    for start, end, index in ordered:
+    for start, end, index in sorted(zip(starts, drawn_ends, range(len(starts)), strict=True)):
         row = next((k for k, free in enumerate(free_at) if free <= start), len(free_at))  # the first free sub-row
         if row == len(free_at):
             free_at.append(start)
             members.append([])
         free_at[row] = end
         members[row].append(index)
-    tracks = []
-    for indexes in members:
-        tracks.append(_track([runs[i] for i in indexes], [starts[i] for i in indexes],
-                             [max(starts[i], ends[i]) for i in indexes], False))
-    return tracks
+    return [_track([starts[i] for i in indexes], [drawn_ends[i] for i in indexes], [statuses[i] for i in indexes],
+                   [runs[i] for i in indexes]) for indexes in members]
 
 
 def _open_end(run: Span, open_end: str) -> str:
@@ -398,45 +349,67 @@ def _open_end(run: Span, open_end: str) -> str:
     return max(started, open_end) if run[_STATUS] == Status.RUNNING else started
 
 
-def _track(runs: list[Span], starts: list[str], ends: list[str], has_length: bool) -> Track:
-    # A run of no length (a run that never started: unavailable, error; an abandoned one) ends,
-    # as drawn, just after its start: "~" sorts after the "Z" that ends every timestamp and
-    # before any later timestamp, so the run fills exactly the cell it started in.
-    if not has_length and any(map(eq, starts, ends)):
-        ends = list(ends)
-        for i in compress(range(len(ends)), map(eq, starts, ends)):
-            ends[i] = starts[i] + "~"
-    return Track(runs, starts, ends, list(map(itemgetter(_STATUS), runs)))
+def _track(starts: list[str], ends: list[str], statuses: list[Any], runs: list[Span]) -> Track:
+    ends = _drawn(starts, ends)
+    others: Others = {}
+    for i in compress(range(len(statuses)), map(ne, repeat(_SUCCEEDED), statuses)):
+        status_starts, status_ends = others.setdefault(statuses[i], ([], []))
+        status_starts.append(starts[i])
+        status_ends.append(ends[i])
+    return Track(starts, ends, others, statuses[-1], runs)
+
+
+def _drawn(starts: list[str], ends: list[str]) -> list[str]:
+    """The ends as drawn: a run of no length (one that never started: unavailable, error; an
+    abandoned one) ends just after its start: "~" sorts after the "Z" that ends every timestamp
+    and before any later timestamp, so the run fills exactly the cell it started in."""
+    if not any(map(eq, starts, ends)):
+        return ends
+    ends = list(ends)
+    for i in compress(range(len(ends)), map(eq, starts, ends)):
+        ends[i] = starts[i] + "~"
+    return ends
 
 
 # --- cells -------------------------------------------------------------------------------------------------
 
 
-def worst(statuses: Iterable[str]) -> str:
+def worst(statuses: Iterable[Any]) -> Any:
     return max(statuses, key=lambda s: _RANK.get(s, 0))
 
 
-def cells(track: Track | SummaryTrack, bounds: list[str]) -> list[str | None]:
+def cells(track: Track, bounds: list[str]) -> list[Any]:
     """Per column: the worst status among the runs of ``track`` that cover it, or None.
 
     A run covers the columns from the one it starts in to the one it ends in; one that ends
-    exactly where a column begins does not reach into it. A track that is not a ``Track`` (a
-    ``lane_summary.SummaryTrack``: the runs as columns) works its cells out itself, the same way.
+    exactly where a column begins does not reach into it. Two binary searches per column find
+    how many runs cover it, two per status in ``others`` how many of those did not succeed.
     """
-    if not isinstance(track, Track):
-        return track.cells(bounds)
-    row: list[str | None] = []
-    starts, ends, statuses = track.starts, track.ends, track.statuses
+    row: list[Any] = []
+    starts, ends = track.starts, track.ends
     for k in range(len(bounds) - 1):
         first = bisect_right(ends, bounds[k])  # the first run still going after this column begins
         stop = bisect_left(starts, bounds[k + 1], first)  # the first run starting after it ends
-        if first >= stop:
-            row.append(None)
-        elif stop - first == 1:
-            row.append(statuses[first])
-        else:
-            row.append(worst(set(statuses[first:stop])))
+        row.append(_worst_of(track.others, stop - first, bounds[k], bounds[k + 1]) if stop > first else None)
     return row
+
+
+def covering(others: Others, begin: str, end: str) -> dict[Any, int]:
+    """How many of the runs in ``others`` cover some of [begin, end), per status (none: left out)."""
+    counts = {}
+    for status, (starts, ends) in others.items():
+        first = bisect_right(ends, begin)
+        count = bisect_left(starts, end, first) - first
+        if count > 0:
+            counts[status] = count
+    return counts
+
+
+def _worst_of(others: Others, runs: int, begin: str, end: str) -> Any:
+    """The worst status of ``runs`` runs that cover [begin, end): those of ``others`` there, and
+    success for the rest."""
+    counts = covering(others, begin, end)
+    return worst([*counts, _SUCCEEDED] if runs > sum(counts.values()) else counts)
 
 
 def mark_cells(marks: list[Span], bounds: list[str]) -> list[bool]:
@@ -446,93 +419,3 @@ def mark_cells(marks: list[Span], bounds: list[str]) -> list[bool]:
     return [a < b for a, b in zip(edges, edges[1:], strict=False)]
 
 
-# --- the time axis -----------------------------------------------------------------------------------------
-
-_MINUTE, _HOUR, _DAY = 60, 3600, 86400
-_STEPS = (1, 2, 5, 10, 15, 30, _MINUTE, 2 * _MINUTE, 5 * _MINUTE, 10 * _MINUTE, 15 * _MINUTE, 30 * _MINUTE,
-          _HOUR, 2 * _HOUR, 3 * _HOUR, 6 * _HOUR, 12 * _HOUR, _DAY, 2 * _DAY, 7 * _DAY, 14 * _DAY)
-_MONTH_STEPS = (1, 3, 6, 12, 24, 60)
-
-
-def ticks(window: Window, columns: int) -> list[tuple[int, str]]:
-    """(column, label) of each tick, in local time: on the hour for a day, at midnight for a week.
-
-    The step is the smallest one whose labels fit between two ticks with a space to spare.
-    """
-    per_column = window.seconds / columns
-    for step in _STEPS:
-        if step / per_column >= _label_width(step) + 1:
-            return _place(_aligned(window, step), window, columns, step)
-    for months in _MONTH_STEPS:
-        if months * 28 * _DAY / per_column >= (5 if months >= 12 else 8):  # "2026" or "2026-11", and a space
-            return _place(_month_starts(window, months), window, columns, months * 28 * _DAY)
-    return []
-
-
-def _label_width(step: int) -> int:
-    if step < _MINUTE:
-        return 8  # 14:03:10
-    return 6  # 14:00, and "Tue 01" at midnight; "Tue 01" or "Nov 30" for day steps
-
-
-def _label(moment: datetime, step: int, window: Window) -> str:
-    local = moment.astimezone()
-    if step >= 12 * 28 * _DAY:
-        return local.strftime("%Y")
-    if step >= 28 * _DAY:
-        return local.strftime("%Y-%m")
-    if step >= _DAY or (local.hour, local.minute, local.second) == (0, 0, 0):
-        return local.strftime("%a %d" if window.seconds <= 16 * _DAY else "%b %d")
-    return local.strftime("%H:%M:%S" if step < _MINUTE else "%H:%M")
-
-
-def _aligned(window: Window, step: int) -> Iterable[datetime]:
-    """Local wall-clock multiples of ``step`` (weeks start on Monday) within the window."""
-    local_since = window.since.astimezone()
-    midnight = datetime.combine(local_since.date(), time())  # naive local
-    if step >= 7 * _DAY:
-        midnight -= timedelta(days=midnight.weekday())
-    elif step >= _DAY:
-        midnight -= timedelta(days=midnight.toordinal() % (step // _DAY))
-    elapsed = (local_since.replace(tzinfo=None) - midnight).total_seconds()
-    moment = midnight + timedelta(seconds=step * int(elapsed // step))
-    seen = set()
-    while True:
-        aware = _local(moment).astimezone(timezone.utc)
-        if aware >= window.until:
-            return
-        if aware >= window.since and aware not in seen:
-            seen.add(aware)
-            yield aware
-        moment += timedelta(seconds=step)
-
-
-def _month_starts(window: Window, months: int) -> Iterable[datetime]:
-    local = window.since.astimezone()
-    year, month = local.year, local.month - (local.month - 1) % months
-    while True:
-        moment = _local(datetime(year, month, 1)).astimezone(timezone.utc)
-        if moment >= window.until:
-            return
-        if moment >= window.since:
-            yield moment
-        month += months
-        if month > 12:
-            year, month = year + (month - 1) // 12, (month - 1) % 12 + 1
-        if year > 9999:
-            return
-
-
-def _place(moments: Iterable[datetime], window: Window, columns: int, step: int) -> list[tuple[int, str]]:
-    """Each label starts at its tick's column; one that would run into the previous label or
-    past the right edge is left out (its tick too)."""
-    placed: list[tuple[int, str]] = []
-    free_from = 0
-    for moment in moments:
-        column = window.column_of(moment, columns)
-        label = _label(moment, step, window)
-        if column < free_from or column + len(label) > columns:
-            continue
-        placed.append((column, label))
-        free_from = column + len(label) + 1
-    return placed

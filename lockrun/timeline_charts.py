@@ -1,10 +1,11 @@
-"""The timeline's charts from this host's ledger: from summaries where they are exact, from runs elsewhere.
+"""The timeline's charts from this host's ledger: each lane read as columns, or as rows where it must be.
 
-A lane whose runs follow one another is drawn from its columns (``lane_summary``, read by
-``ledger_lanes``): no Python object per run. Any other lane (an overlap, a row someone else
-wrote, a status lockrun does not know) and every ``--by-host`` lane is drawn from its runs by
-``timeline.layout`` (read by ``ledger_timeline``); so is a lane of the SVG with few runs, which
-draws each run with its own tooltip.
+A lane is read as columns (``LedgerTimeline.columns``: no Python object per run) and drawn from
+them (``timeline.chart``) when its runs follow one another; any other lane (runs that overlap,
+a row lockrun would not write) and every ``--by-host`` lane is read as rows
+(``LedgerTimeline.window``) and drawn by ``timeline.layout``. The SVG draws a lane of many runs
+from its columns, a rect per stretch of pixels its runs cover (``timeline_svg``), and reads any
+other as rows with every detail, to draw it run by run with their tooltips.
 """
 
 from __future__ import annotations
@@ -12,20 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from lockrun import lane_summary
 from lockrun import timeline as tl
 
 if TYPE_CHECKING:
     from lockrun.ledger import Ledger
-    from lockrun.render_timeline import RunDetails
+    from lockrun.ledger_timeline import Columns, LedgerTimeline
 
 
 def from_ledger(book: Ledger, window: tl.Window, names: list[str] | None, host: str | None, by_host: bool,
                 per_run_below: int = 0) -> tuple[list[str], Iterator[tl.LaneChart]]:
     """The lanes' labels, and their charts as a stream (one lane's data in memory at a time).
 
-    ``per_run_below``: a lane with fewer runs is drawn from its runs with every detail (run id,
-    exit codes: the SVG's tooltips) even when a summary would do.
+    ``per_run_below`` (the SVG's): a lane with fewer runs, or one that cannot be drawn from its
+    columns, is read as rows with every detail (run id, exit codes: the SVG's tooltips).
     """
     since, until = tl.iso(window.since), tl.iso(window.until)
     reads = book.timeline()
@@ -35,41 +35,39 @@ def from_ledger(book: Ledger, window: tl.Window, names: list[str] | None, host: 
     if by_host:
         runs = reads.window(since, until, wanted, host=host, with_host=True, detail=per_run_below > 0)
         return labels, tl.layout(tl.lanes(runs, True), window)
-    return labels, _charts(book, window, wanted, host, per_run_below)
+    return labels, _charts(reads, window, wanted, host, per_run_below)
 
 
-def run_details(book: Ledger, host: str | None) -> RunDetails:
-    """The SVG's way to ask for the details of runs drawn from a summary (``render_timeline.svg``)."""
+def run_details(book: Ledger, host: str | None) -> tl.RunDetails:
+    """The SVG's way to ask for the details of runs drawn from their columns (``timeline_svg.svg``)."""
     reads = book.timeline()
     return lambda chart, starts: reads.runs_started_at(chart.name, starts, host=host)
 
 
-def _charts(book: Ledger, window: tl.Window, names: list[str], host: str | None,
+def lane(name: str, columns: Columns) -> tl.LaneColumns:
+    """A lane of the ledger's columns, for ``timeline.chart``."""
+    return tl.LaneColumns(name, None, columns.starts, columns.ends, columns.others, columns.last_status,
+                          columns.marks, columns.median_s, columns.max_s)
+
+
+def _charts(reads: LedgerTimeline, window: tl.Window, names: list[str], host: str | None,
             per_run_below: int) -> Iterator[tl.LaneChart]:
     since, until = tl.iso(window.since), tl.iso(window.until)
     open_end = min(until, tl.iso(window.now))
-    lanes = book.lanes()
-    with lanes.snapshot():  # the summaries' several reads of a lane see one ledger
-        from_rows = lanes.names_drawn_from_rows()
+    with reads.snapshot():  # a lane's several reads see one ledger
+        odd = reads.odd_names()
         for name in names:
-            chart = None
-            if name not in from_rows:
-                chart = _summary_chart(book, name, host, since, until, open_end, per_run_below)
-            yield chart or _runs_chart(book, window, name, host, detail=per_run_below > 0)
+            columns = reads.columns(name, since, until, open_end, host) if name not in odd else None
+            chart = tl.chart(lane(name, columns)) if columns is not None else None
+            if chart is None or (per_run_below and not _in_stretches(columns, chart, per_run_below)):
+                runs = reads.window(since, until, [name], host=host, detail=per_run_below > 0)
+                chart = next(tl.layout(tl.lanes(runs), window))
+            yield chart
 
 
-def _summary_chart(book: Ledger, name: str, host: str | None, since: str, until: str, open_end: str,
-                   per_run_below: int) -> tl.LaneChart | None:
-    lanes = book.lanes()
-    columns = lanes.columns(name, since, until, host)
-    summary = lane_summary.summarize(name, None, columns, since, open_end) if columns else None
-    if summary is None or summary.track.run_count < per_run_below:
-        return None
-    figures = lanes.durations(name, since, until, host, summary.ended_in_window, summary.tail_durations)
-    return summary.chart(*figures) if figures is not None else None
-
-
-def _runs_chart(book: Ledger, window: tl.Window, name: str, host: str | None, detail: bool) -> tl.LaneChart:
-    since, until = tl.iso(window.since), tl.iso(window.until)
-    runs = book.timeline().window(since, until, [name], host=host, detail=detail)
-    return next(tl.layout(tl.lanes(runs), window))
+def _in_stretches(columns: Columns | None, chart: tl.LaneChart, per_run_below: int) -> bool:
+    """Whether the SVG draws a lane of columns a stretch of pixels at a time: one with many runs, in
+    lockrun's own form (statuses it has a colour for, times as the ledger writes them). It draws
+    any other run by run, from its rows."""
+    return (columns is not None and columns.as_written and chart.figures.runs >= per_run_below
+            and set(columns.others) <= tl.RUN_STATUSES)

@@ -22,9 +22,11 @@ from lockrun import host as this_host
 from lockrun import render_timeline
 from lockrun import timeline as tl
 from lockrun.clock import ISO_FORMAT
+from lockrun.errors import UsageError
 from lockrun.ledger import Ledger, RunRecord
 from lockrun.ledger_file import MIGRATIONS, SCHEMA_VERSION
 from lockrun.render import exit_text
+from lockrun.timeline_window import parse_moment
 from tests.conftest import history, lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -557,14 +559,14 @@ def test_sequential_runs_take_the_fast_path_in_any_order():
 
 
 def test_parse_moment_forms():
-    assert tl.parse_moment("90m", "--since") == 5400.0
-    assert tl.parse_moment("1.5h", "--since") == 5400.0
-    assert tl.parse_moment("2026-11-30T12:00Z", "--until") == UNTIL
-    assert tl.parse_moment("2026-11-30T13:00+01:00", "--until") == UNTIL
-    assert tl.parse_moment("now", "--until") <= datetime.now(timezone.utc)
+    assert parse_moment("90m", "--since") == 5400.0
+    assert parse_moment("1.5h", "--since") == 5400.0
+    assert parse_moment("2026-11-30T12:00Z", "--until") == UNTIL
+    assert parse_moment("2026-11-30T13:00+01:00", "--until") == UNTIL
+    assert parse_moment("now", "--until") <= datetime.now(timezone.utc)
     for bad in ("", "12", "12x", "tomorrowish", "2026-02-30", "-1h", "1e5h", "nan", "inf"):
-        with pytest.raises(tl.UsageError):
-            tl.parse_moment(bad, "--since")
+        with pytest.raises(UsageError):
+            parse_moment(bad, "--since")
 
 
 def test_rows_from_another_source_are_read_defensively():
