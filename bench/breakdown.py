@@ -28,9 +28,13 @@ import json, sys, time
 t0 = time.perf_counter()
 import click, redis, sqlite3
 t1 = time.perf_counter()
-import lockrun.cli, lockrun.runner, lockrun.backends.redis, lockrun.supervisor, lockrun.ledger, lockrun.keeper
+import lockrun.cli.commands, lockrun.run.runner, lockrun.backends.redis.backend, lockrun.run.supervisor,\
+    lockrun.ledger.store, lockrun.run.keeper
 t2 = time.perf_counter()
-from lockrun import journal as J, supervisor as S, watchdog as W, backends
+from lockrun import backends
+from lockrun.run import journal as J
+from lockrun.run import supervisor as S
+from lockrun.run import watchdog as W
 from lockrun.backends import redis as BR
 spent = {}
 def timed(owner, name, label):
@@ -55,7 +59,7 @@ timed(S.Supervisor, "command_exited", "descendants: walk at the command's exit")
 sys.argv = ["lockrun", "-n", "b", "--", "true"]
 t3 = time.perf_counter()
 try:
-    lockrun.cli.main()
+    lockrun.cli.commands.main()
 except SystemExit:
     pass
 t4 = time.perf_counter()

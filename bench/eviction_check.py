@@ -22,7 +22,7 @@ from common import ROOT, RedisServer, machine, percentile, table, write_json
 
 sys.path.insert(0, str(ROOT))
 from lockrun.backends import redis_scripts  # noqa: E402
-from lockrun.backends.redis import RedisBackend  # noqa: E402
+from lockrun.backends.redis.backend import RedisBackend  # noqa: E402
 
 SHIPPED = redis_scripts.ACQUIRE_SCRIPT
 UNCHECKED = SHIPPED.replace("local evicts = eviction()", "local evicts = nil")

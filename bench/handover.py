@@ -24,7 +24,7 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, machine, percentile, table, write_json
 
 from lockrun.backends import Lease
-from lockrun.backends.redis import RedisBackend, lock_keys
+from lockrun.backends.redis.backend import RedisBackend, lock_keys
 
 
 def one_round(server: RedisServer, env: dict, waiters: int) -> float:

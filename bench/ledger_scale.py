@@ -23,7 +23,7 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, interleaved, machine, median_ms, table, write_json
 from seed_ledger import seed
 
-from lockrun.ledger import Ledger
+from lockrun.ledger.store import Ledger
 
 
 def main(argv: list[str]) -> dict:

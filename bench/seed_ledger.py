@@ -11,7 +11,7 @@ import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from lockrun.ledger import Ledger
+from lockrun.ledger.store import Ledger
 
 STATUSES = ["succeeded"] * 90 + ["failed"] * 6 + ["busy"] * 3 + ["timeout"]
 

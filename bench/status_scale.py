@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
 
-from lockrun.backends.redis import lock_keys
+from lockrun.backends.redis.backend import lock_keys
 
 
 def fill(server: RedisServer, count: int) -> None:

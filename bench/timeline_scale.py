@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common import LOCKRUN, bench_env, interleaved, machine, median_ms, table, write_json
 
-from lockrun.ledger import Ledger
+from lockrun.ledger.store import Ledger
 
 ISO = "%Y-%m-%dT%H:%M:%S.%fZ"
 OUTCOMES = ["succeeded"] * 93 + ["failed"] * 4 + ["timeout"] + ["busy"] * 2

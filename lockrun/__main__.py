@@ -1,3 +1,3 @@
-from lockrun.cli import main
+from lockrun.cli.commands import main
 
 main()

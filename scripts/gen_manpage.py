@@ -5,7 +5,7 @@
 
 A small generator rather than a library: the page needs sections that no
 click-to-man tool derives from the app (ENVIRONMENT, FILES, the exit-status
-table from lockrun.errors, crontab EXAMPLES), and the output must be
+table from lockrun.core.errors, crontab EXAMPLES), and the output must be
 byte-for-byte reproducible (no build dates) for the staleness test.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 
 from lockrun import __version__
-from lockrun.cli import cli
-from lockrun.errors import EXIT_CODE_DOCS
+from lockrun.cli.commands import cli
+from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "man" / "lockrun.1"

@@ -26,8 +26,8 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from lockrun.clock import ISO_FORMAT
-from lockrun.ledger import Ledger, RunRecord
+from lockrun.core.clock import ISO_FORMAT
+from lockrun.ledger.store import Ledger, RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKRUN = shutil.which("lockrun", path=str(Path(sys.executable).parent)) or "lockrun"

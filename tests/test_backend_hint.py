@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun.ledger import Ledger, RunRecord
+from lockrun.ledger.store import Ledger, RunRecord
 from tests.conftest import RedisServer, history, isolated_env, run_lockrun, spawn_lockrun, wait_until
 
 PASSWORD = "s3cret-pw"

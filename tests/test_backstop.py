@@ -13,7 +13,7 @@ import time
 
 PROGRAM = """
 import sys, time
-from lockrun.backstop import Backstop
+from lockrun.run.backstop import Backstop
 backstop = Backstop()
 {steps}
 time.sleep(3)

@@ -44,8 +44,8 @@ from typing import NamedTuple
 
 import pytest
 
-from lockrun.ledger import Ledger
-from lockrun.settings import once_key_for_period
+from lockrun.config.settings import once_key_for_period
+from lockrun.ledger.store import Ledger
 from tests.conftest import LOCKRUN, RedisServer, isolated_env, run_lockrun, spawn_lockrun, wait_until
 from tests.readme_crontab import CrontabLine, crontab_lines
 from tests.test_metrics import samples

@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 import pytest
 
-from lockrun.cli import cli
-from lockrun.errors import EXIT_CODE_DOCS
+from lockrun.cli.commands import cli
+from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockrun.cli import main
-from lockrun.host import boot_id, hostname, machine_id, pid_ns
-from lockrun.ledger import Ledger, RunRecord
-from lockrun.record import Status
+from lockrun.cli.commands import main
+from lockrun.core.record import Status
+from lockrun.ledger.store import Ledger, RunRecord
+from lockrun.system.host import boot_id, hostname, machine_id, pid_ns
 from tests.conftest import REDIS_SERVER, RedisServer
 
 FIELDS = ("token", "run_id", "host", "boot_id", "pid", "pid_start", "child_pid", "command", "started_at",

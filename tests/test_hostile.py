@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lockrun.host import hostname
+from lockrun.system.host import hostname
 from tests.conftest import RedisServer, history, isolated_env, pid_alive, run_lockrun, spawn_lockrun, wait_until
 
 OTHER_UID = 12345  # nobody on the machine: "a file owned by another user"
@@ -43,7 +43,7 @@ def status_json(env, *names) -> dict:
 def injected(code: str, env: dict, *args: str, **kwargs) -> subprocess.CompletedProcess:
     """lockrun in a real process whose Python first runs ``code``: a fault the kernel would
     rarely give on demand (no thread, no POSIX timer), injected the way a soak harness does."""
-    argv = [sys.executable, "-c", f"{code}\nfrom lockrun.cli import main\nmain()", *args]
+    argv = [sys.executable, "-c", f"{code}\nfrom lockrun.cli.commands import main\nmain()", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, **kwargs)
 
 
@@ -741,7 +741,7 @@ def test_a_ping_thread_that_cannot_start_is_only_a_failed_delivery(any_env, tmp_
 
 NO_TIMER = """
 import ctypes, errno
-import lockrun.backstop as backstop
+import lockrun.run.backstop as backstop
 def refuse(*args):
     ctypes.set_errno(errno.EPERM)
     return -1
@@ -760,7 +760,7 @@ def test_a_backstop_timer_the_kernel_refuses_is_a_warning_and_a_note(any_env):
 def test_a_backstop_that_cannot_be_rearmed_retires_instead_of_killing_lockrun_early(any_env):
     rearm_fails = """
 import ctypes, errno
-import lockrun.backstop as backstop
+import lockrun.run.backstop as backstop
 real = backstop._timer_api()
 calls = []
 def settime(*args):

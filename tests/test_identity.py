@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from lockrun import host
-from lockrun.backends.redis_scripts import HEARTBEAT_LUA
+from lockrun.backends.redis.scripts import HEARTBEAT_LUA
+from lockrun.system import host
 from tests.conftest import history, lockrun_argv, run_lockrun, wait_until
 
 #: A process in a PID namespace of its own, with its own /proc (a container on the host network).

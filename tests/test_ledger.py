@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun.ledger import Ledger, RunRecord
-from lockrun.ledger_file import FINISHED_RUN, MIGRATIONS, NOTABLE, SCHEMA_VERSION
+from lockrun.ledger.file import FINISHED_RUN, MIGRATIONS, NOTABLE, SCHEMA_VERSION
+from lockrun.ledger.store import Ledger, RunRecord
 from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
 
 PY = sys.executable

@@ -132,7 +132,7 @@ def test_a_version_6_ledger_gains_the_field_as_null(tmp_path, env):
     """Migration 7 adds lock_lost_at_release (NULL for old rows) and the flag counts."""
     import sqlite3
 
-    from lockrun.ledger_file import MIGRATIONS
+    from lockrun.ledger.file import MIGRATIONS
 
     path = tmp_path / "v6.db"
     db = sqlite3.connect(path)

@@ -7,8 +7,8 @@ import os
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lockrun.ledger import Ledger, RunRecord
-from lockrun.metrics import escape_label
+from lockrun.ledger.metrics import escape_label
+from lockrun.ledger.store import Ledger, RunRecord
 from tests.conftest import run_lockrun
 
 

@@ -93,11 +93,11 @@ def test_lock_names_once_keys_and_the_environment_with_such_bytes(local_env, tmp
 
 
 INJECT_FAILING_DELIVERY = """
-import lockrun.runner
+import lockrun.run.runner
 def broken(self, outcome):
     raise RuntimeError("a bug in telling someone")
-lockrun.runner.Run._deliver = broken
-from lockrun.cli import main
+lockrun.run.runner.Run._deliver = broken
+from lockrun.cli.commands import main
 main()
 """
 

@@ -211,7 +211,7 @@ def test_a_zone_record_written_by_someone_else(env, redis_server):
 
 @pytest.fixture
 def zones_here(monkeypatch, tmp_path):
-    from lockrun import zones
+    from lockrun.core import zones
 
     monkeypatch.delenv("TZ", raising=False)
     monkeypatch.setattr(zones, "LOCALTIME", tmp_path / "localtime")
@@ -238,7 +238,7 @@ def test_the_local_zone_without_localtime_is_utc(zones_here):
 
 
 def test_a_localtime_that_is_no_zone_cannot_be_named(zones_here, tmp_path):
-    from lockrun.errors import UsageError
+    from lockrun.core.errors import UsageError
 
     (tmp_path / "localtime").write_bytes(b"TZif2 not really")
     with pytest.raises(UsageError, match="cannot name this host's local time zone"):
@@ -246,7 +246,7 @@ def test_a_localtime_that_is_no_zone_cannot_be_named(zones_here, tmp_path):
 
 
 def test_periods_in_a_zone(zones_here):
-    from lockrun.settings import expand_once_key, once_key_for_period
+    from lockrun.config.settings import expand_once_key, once_key_for_period
 
     jakarta, utc = zones_here.parse_zone("Asia/Jakarta", "--tz"), zones_here.parse_zone("UTC", "--tz")
     assert once_key_for_period("day", MOMENT, zone=utc) == "2026-12-01"

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from lockrun.cli import cli
-from lockrun.ledger import Ledger, RunRecord
+from lockrun.cli.commands import cli
+from lockrun.ledger.store import Ledger, RunRecord
 from tests.conftest import history, in_pty, lockrun_argv, read_until, run_lockrun, spawn_lockrun, wait_until
 
 
@@ -76,7 +76,7 @@ def test_stale_heartbeat_from_another_host_is_a_zombie(env, redis_server):
 
 def test_reused_pid_is_still_a_zombie(env, redis_server):
     client = redis_server.client()
-    from lockrun import host
+    from lockrun.system import host
 
     # Our own pid, but with another start time: the recorded process is gone, the pid was reused.
     client.set("lockrun:{reuse}:lock", "tok", px=60000)

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from lockrun import settings
-from lockrun.backends.redis_url import redact_url, validate_redis_url
-from lockrun.errors import ConfigError, UsageError
+from lockrun.backends.redis.url import redact_url, validate_redis_url
+from lockrun.config import settings
+from lockrun.core.errors import ConfigError, UsageError
 
 
 @pytest.mark.parametrize("name", ["a", "sync-invoices", "A.b_c:d@e/f-g", "9" * 200])

@@ -18,15 +18,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun import host as this_host
-from lockrun import render_timeline
-from lockrun import timeline as tl
-from lockrun.clock import ISO_FORMAT
-from lockrun.errors import UsageError
-from lockrun.ledger import Ledger, RunRecord
-from lockrun.ledger_file import MIGRATIONS, SCHEMA_VERSION
-from lockrun.render import exit_text
-from lockrun.timeline_window import parse_moment
+from lockrun.core.clock import ISO_FORMAT
+from lockrun.core.errors import UsageError
+from lockrun.ledger.file import MIGRATIONS, SCHEMA_VERSION
+from lockrun.ledger.store import Ledger, RunRecord
+from lockrun.render.tables import exit_text
+from lockrun.render import timeline_text as render_timeline
+from lockrun.system import host as this_host
+from lockrun.views import timeline as tl
+from lockrun.views.timeline_window import parse_moment
 from tests.conftest import history, lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"

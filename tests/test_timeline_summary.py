@@ -21,12 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockrun import host as this_host
-from lockrun import render_timeline, timeline_charts, timeline_svg
-from lockrun import timeline as tl
-from lockrun.clock import ISO_FORMAT
-from lockrun.ledger import Ledger, RunRecord
-from lockrun.record import NOT_A_RUN
+from lockrun.core.clock import ISO_FORMAT
+from lockrun.core.record import NOT_A_RUN
+from lockrun.ledger.store import Ledger, RunRecord
+from lockrun.render import timeline_svg
+from lockrun.render import timeline_text as render_timeline
+from lockrun.system import host as this_host
+from lockrun.views import timeline as tl
+from lockrun.views import timeline_charts
 
 BASE = datetime(2026, 11, 30, 0, 0, tzinfo=timezone.utc)
 STEP = timedelta(minutes=7)  # the grid runs start and end on: coarse, so that times coincide

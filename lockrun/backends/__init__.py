@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from lockrun.clock import parse_iso, seconds_since
-from lockrun.record import Row
+from lockrun.core.clock import parse_iso, seconds_since
+from lockrun.core.record import Row
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -431,10 +431,10 @@ def open_backend(
     ``allow_eviction``: acquire even on a Redis that may evict keys (else exit 69).
     """
     if not settings.redis_url:
-        from lockrun.backends.local import LocalBackend
+        from lockrun.backends.local.backend import LocalBackend
 
         return LocalBackend(settings.state_dir)
-    from lockrun.backends.redis import RedisBackend
+    from lockrun.backends.redis.backend import RedisBackend
 
     return RedisBackend(
         settings.redis_url, settings.prefix, timeout, ca=settings.redis_ca, connect_timeout=connect_timeout,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockrun.cgroup import RunCgroup
+from lockrun.run.cgroup import RunCgroup
 
 if TYPE_CHECKING:
     from tests.soak.harness import Soak

@@ -30,12 +30,12 @@ from lockrun.backends import (
     Lease,
     OnceKey,
 )
-from lockrun.backstop import Backstop
-from lockrun.clock import iso_ago
-from lockrun.errors import BackendUnavailable
-from lockrun.keeper import Keeper
-from lockrun.signals import SignalRelay
-from lockrun.supervisor import ChildExit, Supervisor
+from lockrun.core.clock import iso_ago
+from lockrun.core.errors import BackendUnavailable
+from lockrun.run.backstop import Backstop
+from lockrun.run.keeper import Keeper
+from lockrun.run.signals import SignalRelay
+from lockrun.run.supervisor import ChildExit, Supervisor
 
 T = TypeVar("T")
 

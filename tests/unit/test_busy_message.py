@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from lockrun.backends import Holder
-from lockrun.clock import iso_ago
-from lockrun.lease_client import LeaseClient
-from lockrun.outcome import busy_message
+from lockrun.core.clock import iso_ago
+from lockrun.run.lease_client import LeaseClient
+from lockrun.run.outcome import busy_message
 from tests.unit.fakes import FakeBackend, FakeClock, Reports
 
 

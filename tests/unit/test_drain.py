@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from lockrun.backends import Lease
-from lockrun.descendants import Proc
-from lockrun.errors import ExitCode
-from lockrun.keeper import Keeper, backstop_for
-from lockrun.outcome import Outcome, Stop, command_outcome
-from lockrun.record import Status
-from lockrun.strays import Strays
-from lockrun.watch import watch
+from lockrun.core.errors import ExitCode
+from lockrun.core.record import Status
+from lockrun.run.descendants import Proc
+from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.outcome import Outcome, Stop, command_outcome
+from lockrun.run.strays import Strays
+from lockrun.run.watch import watch
 from tests.unit.fakes import START, FakeBackend, FakeBackstop, FakeClock, FakeSupervisor, Reports, keep_renewing
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -214,7 +214,7 @@ def test_a_replace_after_a_lost_lease_under_on_lost_continue_still_stops_it(cloc
 
 
 def test_the_strays_note_joins_the_outcome() -> None:
-    from lockrun.supervisor import ChildExit
+    from lockrun.run.supervisor import ChildExit
 
     outcome = command_outcome(ChildExit(0, None), Stop(), strays_note="1 process started by the command outlived it")
     assert (outcome.exit_code, outcome.status, outcome.note) == (

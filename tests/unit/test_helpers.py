@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun import settings
 from lockrun.backends import call_timeout_for
-from lockrun.capture import OutputTail
-from lockrun.clock import human_duration, iso_ago, parse_iso, seconds_since, utc_now_iso
-from lockrun.errors import UsageError
+from lockrun.config import settings
+from lockrun.core.clock import human_duration, iso_ago, parse_iso, seconds_since, utc_now_iso
+from lockrun.core.errors import UsageError
+from lockrun.run.capture import OutputTail
 
 
 @pytest.mark.parametrize("seconds,text", [

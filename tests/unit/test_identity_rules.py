@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from lockrun import host
 from lockrun.backends import Holder
-from lockrun.status import zombie_reason
+from lockrun.system import host
+from lockrun.views.status import zombie_reason
 
 BOOT, OTHER_BOOT = "b" * 8, "c" * 8
 MACHINE, OTHER_MACHINE = "a" * 32, "d" * 32

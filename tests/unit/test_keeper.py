@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from lockrun.backends import Lease
-from lockrun.errors import BackendUnavailable
-from lockrun.keeper import Keeper, backstop_for, safety_margin
-from lockrun.watch import lease_problem
+from lockrun.core.errors import BackendUnavailable
+from lockrun.run.keeper import Keeper, backstop_for, safety_margin
+from lockrun.run.watch import lease_problem
 from tests.unit.fakes import START, FakeBackend, FakeClock
 
 

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from lockrun.backends import Duplicate, FleetRecord, Holder, Lease, OnceKey
-from lockrun.errors import BackendUnavailable, ReplicasMissing
-from lockrun.lease_client import LeaseClient
+from lockrun.core.errors import BackendUnavailable, ReplicasMissing
+from lockrun.run.lease_client import LeaseClient
 from tests.unit.fakes import START, Call, FakeBackend, FakeClock, Reports
 
 RUN_ID = "feedc0de" * 4

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from lockrun.os_text import escaped, escaped_all
-from lockrun.printable import printable
+from lockrun.core.os_text import escaped, escaped_all
+from lockrun.core.printable import printable
 
 
 @pytest.mark.parametrize("raw,shown", [

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from lockrun.errors import ExitCode
-from lockrun.journal import RunJournal
-from lockrun.ledger import RunRecord
-from lockrun.outcome import Outcome, Stop, command_outcome
-from lockrun.record import Status
-from lockrun.render import exit_text
-from lockrun.supervisor import ChildExit
+from lockrun.core.errors import ExitCode
+from lockrun.core.record import Status
+from lockrun.ledger.store import RunRecord
+from lockrun.render.tables import exit_text
+from lockrun.run.journal import RunJournal
+from lockrun.run.outcome import Outcome, Stop, command_outcome
+from lockrun.run.supervisor import ChildExit
 from tests.unit.fakes import Reports
 
 EXIT_0 = ChildExit(returncode=0, signal=None)

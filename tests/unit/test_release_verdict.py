@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from lockrun.outcome import Outcome
-from lockrun.record import RELEASE_DECIDES, Status, row_json, row_json_parts
-from lockrun.runner import LOST_AT_RELEASE_NOTE, released_as
+from lockrun.core.record import RELEASE_DECIDES, Status, row_json, row_json_parts
+from lockrun.run.outcome import Outcome
+from lockrun.run.runner import LOST_AT_RELEASE_NOTE, released_as
 
 
 def test_a_release_that_found_the_lock_gone_flags_and_notes_the_run() -> None:

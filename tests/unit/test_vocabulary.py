@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lockrun.record import FINAL_STATUSES, IN_PROGRESS, NOT_A_RUN, Status
-from lockrun.render import STATUS_STYLES, STYLE_HEX
-from lockrun.settings import NOTIFY_STATUSES
+from lockrun.config.settings import NOTIFY_STATUSES
+from lockrun.core.record import FINAL_STATUSES, IN_PROGRESS, NOT_A_RUN, Status
+from lockrun.render.tables import STATUS_STYLES, STYLE_HEX
 
 
 def test_every_status_has_a_style_and_every_style_a_colour() -> None:

@@ -9,12 +9,12 @@ import signal
 import pytest
 
 from lockrun.backends import Lease
-from lockrun.errors import BackendUnavailable, ExitCode
-from lockrun.keeper import Keeper, backstop_for
-from lockrun.outcome import Outcome, Stop, command_outcome
-from lockrun.record import Status
-from lockrun.supervisor import ChildExit
-from lockrun.watch import watch
+from lockrun.core.errors import BackendUnavailable, ExitCode
+from lockrun.core.record import Status
+from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.outcome import Outcome, Stop, command_outcome
+from lockrun.run.supervisor import ChildExit
+from lockrun.run.watch import watch
 from tests.unit.fakes import START, FakeBackend, FakeBackstop, FakeClock, FakeSupervisor, Reports, keep_renewing
 
 TERM, KILL, INT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT

@@ -1,0 +1,216 @@
+"""The Redis backend: the lease operations, one Lua script each, every call bounded in time.
+
+This module is the story of a lease: acquire (or learn who holds the lock), renew,
+release (mark --once done, keep --min-hold, record the run in the fleet record), give
+back, preempt, clear, wait. The pieces it stands on each have a module of their own:
+
+- redis_client.py: building the client for the URL (plain, TLS, Sentinel, Cluster, ACL)
+  and turning whatever goes wrong into lockrun's errors;
+- redis_scripts.py: the Lua scripts, as data, with the KEYS/ARGV each is called with;
+- redis_keys.py: every key of one lock (README, "Redis keys");
+- redis_replicas.py: --replicas, WAIT behind each acquire and renewal;
+- redis_inspect.py: who holds what (``status``, ``unlock``, a busy acquire).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import TYPE_CHECKING
+
+from lockrun.backends import (
+    LOST,
+    PREEMPTED,
+    RENEWED,
+    Duplicate,
+    FleetRecord,
+    FleetRetention,
+    Holder,
+    Lease,
+    OnceKey,
+)
+from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
+from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
+from lockrun.backends.redis.keys import lock_keys
+from lockrun.backends.redis.replicas import ReplicaWait
+from lockrun.backends.redis.replies import script_int, text
+from lockrun.backends.redis.scripts import (
+    acquire_call,
+    clear_foreign_call,
+    preempt_call,
+    release_call,
+    renew_call,
+)
+from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
+from lockrun.core.printable import printable
+from lockrun.core.zones import MAX_ZONE_NAME
+
+if TYPE_CHECKING:
+    from lockrun.backends.redis.fleet import RedisFleetRecord
+    from lockrun.backends.redis.inspect import RedisInspection
+
+__all__ = ["REDIS_ERRORS", "RedisBackend", "lock_keys"]
+
+#: What a renewal script's reply means.
+_RENEWAL = {1: RENEWED, 2: PREEMPTED}
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(
+        self, url: str, prefix: str, timeout: float, ca: str | None = None, connect_timeout: float | None = None,
+        fleet: FleetRetention | None = None,
+        password: str | None = None,
+        replicas: int | str = 0,
+        allow_eviction: bool = False,
+    ) -> None:
+        self.url = url
+        self.allow_eviction = allow_eviction  # README "Never twice": run even where keys may be evicted
+        self.prefix = prefix
+        self.fleet = fleet or FleetRetention()
+        self.timeout = timeout
+        self.connection = RedisConnection(url, prefix, timeout, ca=ca, connect_timeout=connect_timeout,
+                                          password=password)
+        self.replica_wait = ReplicaWait(self.connection, replicas)
+        self._waiter: Client | None = None
+
+    @functools.cached_property
+    def inspection(self) -> RedisInspection:
+        """Who holds what (redis_inspect.py): imported when first asked (a busy acquire, status,
+        unlock), not by an uncontended run."""
+        from lockrun.backends.redis.inspect import RedisInspection
+
+        return RedisInspection(self.connection)
+
+    # -- lease operations -----------------------------------------------------------
+
+    def acquire(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
+        slots: int = 1, last_try: bool = True,
+    ) -> Lease | Holder | Duplicate:
+        keys = lock_keys(self.prefix, name)
+        call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction)
+        wanted = self.replica_wait.replicas
+        every = self.replica_wait.every
+        known = self.replica_wait.known(keys.lock) if every else 0
+        sent_at = time.monotonic()
+        got = None
+        if wanted:
+            # --replicas all: ROLE says how many replicas are in sync; WAIT first for as many as
+            # the Sentinels or the Cluster know (at least one), and for the rest if ROLE lists more.
+            got = self.replica_wait.eval_then_wait(call, max(1, known) if every else int(wanted), ask_role=every)
+            reply = got.reply
+        else:
+            reply = self.connection.eval(call)
+        outcome = script_int(reply[0])
+        if outcome == 1:
+            lease = Lease(name=name, token=token, fencing_token=script_int(reply[1]), ttl=ttl, sent_at=sent_at,
+                          once=once, slots=slots, evicting=(text(reply[2]) or None) if len(reply) > 2 else None)
+            return self.replica_wait.confirmed(lease, self.prefix, got, known) if got is not None else lease
+        if outcome == 2 and once is not None:
+            return Duplicate(name=name, key=once.key)
+        if outcome == -1:
+            raise SlotsMismatch(name, script_int(reply[1]), slots)
+        if outcome == -2:
+            raise EvictingServer(eviction_refusal(self.connection.redacted, text(reply[1]), reply[2], text(reply[3])))
+        if outcome == -3 and once is not None:
+            raise ZoneMismatch(name, printable(text(reply[1]))[:MAX_ZONE_NAME], once.zone or "?",
+                               once.zone_from or "this host")
+        if outcome == -4:
+            raise ForeignData(f"Redis at {self.connection.redacted} holds data for lock {name!r} that lockrun did not"
+                              f" write ({keys.once_tz} is a {text(reply[1])[:20]}, not a string); it records the time"
+                              f" zone of the name's --once periods: delete it by hand (DEL {keys.once_tz})")
+        return self.inspection.busy_holder(name, slots, reply[1], reply[2])
+
+    def evicting_servers(self) -> list[Eviction]:
+        """For ``status``: the servers a lock may live on (every master of a Cluster) that may evict
+        keys, or that do not say, by what INFO memory says: one command per server."""
+        try:
+            infos = self.connection.memory_infos()
+        except REDIS_ERRORS as exc:
+            return [Eviction(self.connection.redacted, "", 0, str(exc) or type(exc).__name__)]
+        return [found for found in (eviction_in(where, info) for where, info in infos) if found]
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+        call = renew_call(lock_keys(self.prefix, lease.name), lease, heartbeat_at, child_pid)
+        if not lease.replicas:
+            return _RENEWAL.get(script_int(self.connection.eval(call)), LOST)
+        got = self.replica_wait.eval_then_wait(call, lease.replicas)
+        found = _RENEWAL.get(script_int(got.reply), LOST)
+        if found == RENEWED and got.acks < lease.replicas:
+            # The master reset the TTL, but a replica promoted now might not know it: this
+            # renewal must not push the deadline on. (A lost or preempted lease ends anyway.)
+            too_few = self.replica_wait.too_few("renewal", got.acks, lease.replicas)
+            raise ReplicasMissing(f"{too_few}, --replicas {self.replica_wait.replicas}", got.acks, lease.replicas)
+        return found
+
+    def release(
+        self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
+        record: FleetRecord | None = None,
+    ) -> bool:
+        done = lease.once if succeeded else None
+        return self._release(lease.name, lease.token, lease.slots > 1, done=done, hold_s=hold_s, hold_until=hold_until,
+                             record=record)
+
+    def release_token(self, name: str, token: str, slots: int = 1) -> bool:
+        return self._release(name, token, slots > 1)
+
+    def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
+        """Delete the lock (or the slot) only if it still holds ``token``, and wake one waiter.
+
+        ``record`` (the unlock's own row) goes to the fleet record only when something was cleared.
+        """
+        return self._release(name, token, self.inspection.is_slotted(name), record=record)
+
+    def _release(
+        self, name: str, token: str, slotted: bool, done: OnceKey | None = None, hold_s: float = 0.0,
+        hold_until: str = "", record: FleetRecord | None = None,
+    ) -> bool:
+        """The release script: compare-and-delete, wake one waiter, mark ``done``, add ``record``."""
+        call = release_call(lock_keys(self.prefix, name), token, slotted, self.fleet, done=done, hold_s=hold_s,
+                            hold_until=hold_until, record=record)
+        return script_int(self.connection.eval(call)) == 1
+
+    def clear_foreign(self, name: str) -> bool:
+        """Delete the keys of ``name`` that are of a type lockrun never writes there; wake one waiter."""
+        return script_int(self.connection.eval(clear_foreign_call(lock_keys(self.prefix, name)))) > 0
+
+    def preempt(self, name: str, requester: str, ttl: float) -> bool:
+        return script_int(self.connection.eval(preempt_call(lock_keys(self.prefix, name), requester, ttl))) == 1
+
+    def wait_for_release(self, name: str, timeout: float) -> None:
+        """BLPOP the wake list; a release pushes to it, so one waiter wakes at once.
+
+        Waits at most a second per call: callers poll again after it, which is how
+        a crashed holder's expired lease is noticed (nobody pushes for it).
+        """
+        timeout = min(timeout, 1.0)
+        if timeout < 0.01:  # BLPOP rounds to milliseconds, and 0 would block forever
+            return
+        if self._waiter is None:
+            # A client of its own: its read timeout must outlast the BLPOP timeout.
+            self._waiter = self.connection.make_client(self.timeout + 1.0)
+        waiter = self._waiter
+        self.connection.call(lambda: waiter.blpop([lock_keys(self.prefix, name).wake], timeout=timeout))
+
+    # -- inspection -----------------------------------------------------------------
+
+    def fleet_record(self) -> RedisFleetRecord:
+        """The fleet record every host writes into this Redis (read side: redis_fleet.py)."""
+        from lockrun.backends.redis.fleet import RedisFleetRecord
+
+        inspection = self.__dict__.get("inspection")  # set once holders were listed (cached_property)
+        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None)
+
+    def lock_names(self) -> list[str]:
+        """Names of every held lock, plain or slotted, by SCAN (never KEYS)."""
+        return self.inspection.lock_names()
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        """Every holder: one per plain lock, one per live slot of a --slots lock."""
+        return self.inspection.holders(names)
+
+    def close(self) -> None:
+        RedisConnection.close(self.connection.client)
+        RedisConnection.close(self._waiter)

@@ -1,0 +1,193 @@
+"""Reading the fleet record back from Redis (README "One fleet, one memory").
+
+The record is written by the lock scripts in redis.py (no round trip of its own); this
+module only reads it: the names that have one (SCAN, never KEYS), pages of a name's
+``runs`` stream, its ``last`` and ``counts`` hashes. Every read of many names is
+pipelined in batches. What comes back is raw: lockrun/fleet.py parses it defensively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import redis
+
+from lockrun.backends import FleetEvent as Event
+from lockrun.backends import PageRequest
+from lockrun.backends.redis.keys import SCAN_BATCH, lock_keys, scan_names
+from lockrun.backends.redis.replies import pairs, text
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
+
+    from lockrun.backends.redis.client import RedisConnection
+    from lockrun.backends.redis.keys import LockKeys
+
+    AnyPipeline = Pipeline | ClusterPipeline
+
+
+class Batch(Protocol):
+    """A pipeline, as far as :meth:`RedisFleetRecord._batched` uses one."""
+
+    def execute(self, raise_on_error: bool = ...) -> list[Any]: ...
+
+
+Item = TypeVar("Item")
+Pipe = TypeVar("Pipe", bound=Batch)
+
+
+# The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
+# whose run id starts with ARGV[1], and the ``last`` hash if it describes such a run (for its
+# output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
+# each call short, so a long stream never holds up the renewals of every other host.
+# KEYS: runs, last. ARGV: run id prefix, "+" or "(ID", page size.
+# Returns {entries, last-as-flat-list or {}, ID of the page's oldest entry or "" at the end}.
+FIND_RUN_SCRIPT = """
+local found = {}
+local ok, entries = pcall(redis.call, 'XREVRANGE', KEYS[1], ARGV[2], '-', 'COUNT', ARGV[3])
+if not ok then
+  return {found, {}, ''}
+end
+for _, entry in ipairs(entries) do
+  local fields = entry[2]
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'run_id' then
+      if string.sub(fields[i + 1], 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
+      break
+    end
+  end
+end
+local last = {}
+if #found > 0 then
+  local got, run_id = pcall(redis.call, 'HGET', KEYS[2], 'run_id')
+  if got and type(run_id) == 'string' and string.sub(run_id, 1, #ARGV[1]) == ARGV[1] then
+    last = redis.call('HGETALL', KEYS[2])  -- HGET worked: it is a hash
+  end
+end
+local oldest = ''
+if #entries == tonumber(ARGV[3]) then oldest = entries[#entries][1] end
+return {found, last, oldest}
+"""
+FIND_PAGE = 2000  # stream entries one call of FIND_RUN_SCRIPT looks at: about a millisecond of Redis
+
+
+class RedisFleetRecord:
+    """The fleet record of one Redis (plain, Sentinel or Cluster), read through its connection."""
+
+    def __init__(self, connection: RedisConnection,
+                 prefetched_lasts: dict[str, tuple[object, object]] | None = None) -> None:
+        self._connection = connection
+        self._client = connection.client
+        self._prefix = connection.prefix
+        # Lasts that the holders' batch reads already brought (redis_inspect.py): not read twice.
+        self._prefetched = prefetched_lasts or {}
+
+    def names(self, kinds: tuple[str, ...] = ("runs", "last", "counts")) -> list[str]:
+        """Every name with a fleet record of these kinds (``runs``, ``last``, ``counts``), by SCAN."""
+        return sorted(self._connection.call(lambda: scan_names(self._client, self._prefix, kinds)))
+
+    def _pipe(self) -> AnyPipeline:
+        return self._client.pipeline(transaction=False)
+
+    def _pipelined(self, items: Sequence[Item], queue: Callable[[AnyPipeline, Item], object]) -> list[Any]:
+        """Run ``queue(pipe, item)`` for every item in batches; one reply per item."""
+        return self._batched(items, queue, self._pipe)
+
+    def _batched(self, items: Sequence[Item], queue: Callable[[Pipe, Item], object],
+                 new_pipe: Callable[[], Pipe]) -> list[Any]:
+        """:meth:`_pipelined` on pipelines from ``new_pipe``."""
+        replies: list[Any] = []
+
+        def run() -> None:
+            for start in range(0, len(items), SCAN_BATCH):
+                pipe = new_pipe()
+                for item in items[start : start + SCAN_BATCH]:
+                    queue(pipe, item)
+                # A key of the wrong type answers with an error, not an exception for the batch.
+                replies.extend(pipe.execute(raise_on_error=False))
+
+        self._connection.call(run)
+        return replies
+
+    def pages(self, requests: Sequence[PageRequest]) -> list[list[Event]]:
+        """One page of events per request (name, before, oldest, count: fleet.PageRequest),
+        newest first; a stream that cannot be read (a key of another type) reads as empty."""
+        replies = self._pipelined(
+            requests,
+            lambda pipe, r: pipe.xrevrange(lock_keys(self._prefix, r.name).runs, max=r.before, min=r.oldest,
+                                           count=r.size),
+        )
+        return [_events(reply) for reply in replies]
+
+    def after(self, name: str, entry_id: str) -> list[Event]:
+        """Every event of ``name`` newer than ``entry_id``, oldest first (a late end event)."""
+        reply = self._pipelined(
+            [name], lambda pipe, n: pipe.xrange(lock_keys(self._prefix, n).runs, min=f"({entry_id}")
+        )[0]
+        return _events(reply)
+
+    def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]:
+        """``(row as JSON, last_success_at)`` from the ``last`` hash of each name that has one
+        (not its output tail: status asks this of thousands of names)."""
+        found = {name: pair for name in names if (pair := self._prefetched.get(name)) is not None and any(pair)}
+        unread = [name for name in names if name not in self._prefetched]
+        replies = self._pipelined(
+            unread, lambda pipe, name: pipe.hmget(lock_keys(self._prefix, name).last, "row", "last_success_at")
+        )
+        found.update({name: (reply[0], reply[1]) for name, reply in zip(unread, replies, strict=True)
+                      if isinstance(reply, list) and len(reply) == 2 and any(reply)})
+        return found
+
+    def counts(self, names: list[str]) -> dict[str, dict[object, object]]:
+        """The ``counts`` hash of each name that has one."""
+        replies = self._pipelined(names, lambda pipe, name: pipe.hgetall(lock_keys(self._prefix, name).counts))
+        return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, dict) and reply}
+
+    def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict[object, object]]]:
+        """(name, matching events newest first, ``last`` if it is that run) for each name with a match."""
+        events: dict[str, list[Event]] = {}
+        lasts: dict[str, dict[object, object]] = {}
+        cursors = dict.fromkeys(names, "+")
+        while cursors:
+            asked = list(cursors)
+            replies = self._find_page([(lock_keys(self._prefix, n), cursors[n]) for n in asked], run_id_prefix)
+            cursors = {}
+            for name, reply in zip(asked, replies, strict=True):
+                if not isinstance(reply, list) or len(reply) != 3:
+                    continue  # this name's keys are not what lockrun wrote
+                matched = [(text(entry[0]), pairs(entry[1])) for entry in reply[0] or [] if isinstance(entry, list)]
+                if matched:
+                    events.setdefault(name, []).extend(matched)
+                    lasts[name] = lasts.get(name) or pairs(reply[1])
+                if reply[2]:
+                    cursors[name] = f"({text(reply[2])}"
+        return [(name, events[name], lasts.get(name, {})) for name in names if name in events]
+
+    def _find_page(self, pages: list[tuple[LockKeys, str]], run_id_prefix: str) -> list[Any]:
+        """One FIND_RUN_SCRIPT call per (keys, cursor): pipelined, or one by one on a Cluster,
+        whose pipelines cannot carry scripts."""
+        args = (run_id_prefix,)
+        client = self._client
+        if not isinstance(client, redis.RedisCluster):
+            return self._batched(pages, lambda pipe, page: pipe.eval(
+                FIND_RUN_SCRIPT, 2, page[0].runs, page[0].last, *args, page[1], FIND_PAGE),
+                lambda: client.pipeline(transaction=False))
+
+        def one_by_one() -> list[Any]:
+            replies: list[Any] = []
+            for keys, cursor in pages:
+                try:
+                    replies.append(self._client.eval(FIND_RUN_SCRIPT, 2, keys.runs, keys.last, *args, cursor,
+                                                     FIND_PAGE))
+                except redis.ResponseError as exc:  # this name's keys are not what lockrun wrote
+                    replies.append(exc)
+            return replies
+
+        return self._connection.call(one_by_one)
+
+
+def _events(reply: Any) -> list[Event]:
+    """Stream entries as (ID, fields); a reply that is no list (a key of another type) is none."""
+    return [(text(entry_id), fields) for entry_id, fields in reply] if isinstance(reply, list) else []

@@ -1,0 +1,566 @@
+"""The Lua scripts of the Redis backend, as data, and the KEYS/ARGV each one is called with.
+
+One script per lease operation, so that each is one atomic round trip. Each script's
+comment says what it does, its KEYS and ARGV and what it returns; the ``*_call``
+functions below build exactly those, so the layout of a script's arguments lives
+beside the script and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from lockrun.backends import FleetRecord, FleetRetention, Lease, OnceKey
+from lockrun.backends.redis.keys import LockKeys
+from lockrun.core.clock import utc_now_iso
+from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts, tail_for_fleet
+
+# The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
+# it costs no round trip. Every write goes through redis.pcall: a record that cannot be
+# written (a key of the wrong type, no memory) never fails the lock operation around it.
+#
+# record_end(runs, last, counts, ended, a, released): ARGV[a..] = maxlen, keep_ms, status
+# ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once, an
+# unlock: recorded with a start event before its end, and only if the script cleared
+# something), run_id, the row as JSON in three parts (``last`` keeps it so: status reads
+# thousands): its head, then the tail to append when the lock was still the run's and the one
+# when it was not (its note and lock_lost_at_release say so; '': no such variant), the note of
+# each, then the run's other field/value pairs (the stream keeps those, for people reading it
+# with redis-cli). A release that found the lock no longer the run's counts it in ``counts``
+# under record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
+# The ``ended`` marker makes a release that is retried after a lost reply record it once.
+
+FLEET_LUA = """
+local function fleet_touch(keep, ...)
+  for _, key in ipairs({...}) do redis.pcall('PEXPIRE', key, keep) end
+end
+local function record_end(runs, last, counts, ended, a, released)
+  local status = ARGV[a + 2]
+  if status == '' or (ARGV[a + 5] == '1' and released == 0) then return end
+  local fresh = redis.pcall('SET', ended, '1', 'NX', 'PX', 600000)
+  if type(fresh) ~= 'table' or not fresh.ok then return end
+  local maxlen, keep = ARGV[a], ARGV[a + 1]
+  local decided = ARGV[a + 9] ~= ''
+  local lost = decided and released == 0
+  local fields = {}
+  for i = a + 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local note = ARGV[a + 10]
+  if lost then note = ARGV[a + 11] end
+  if note ~= '' then
+    fields[#fields + 1] = 'note'
+    fields[#fields + 1] = note
+  end
+  if decided then
+    fields[#fields + 1] = 'lock_lost_at_release'
+    fields[#fields + 1] = lost and '1' or '0'
+  end
+  local row = ARGV[a + 7] .. ARGV[a + 8]
+  if lost then row = ARGV[a + 7] .. ARGV[a + 9] end
+  if ARGV[a + 5] == '1' then
+    redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'end', unpack(fields))
+  if ARGV[a + 5] ~= '1' then  -- an unlock is not a run: the last run stays the last run
+    local success = redis.pcall('HGET', last, 'last_success_at')
+    if status == 'succeeded' then success = ARGV[a + 4] end
+    redis.pcall('DEL', last)
+    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', row)
+    if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
+    if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
+  end
+  redis.pcall('HINCRBY', counts, status, 1)
+  if lost then redis.pcall('HINCRBY', counts, 'flag:lock_lost_at_release', 1) end
+  fleet_touch(keep, runs, last, counts)
+end
+local function record_start(runs, maxlen, keep, fence, first)
+  local shared = {run_id = true, host = true, pid = true, command = true, started_at = true, ttl_ms = true}
+  local fields = {'fencing_token', fence}
+  for i = first, #ARGV - 1, 2 do
+    if shared[ARGV[i]] then
+      fields[#fields + 1] = ARGV[i]
+      fields[#fields + 1] = ARGV[i + 1]
+    end
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  fleet_touch(keep, runs)
+end
+local function record_count(counts, keep, status)
+  redis.pcall('HINCRBY', counts, status, 1)
+  fleet_touch(keep, counts)
+end
+"""
+
+# Wake one waiter: a release pushes to the name's wake list, where waiters BLPOP (a list of at
+# most 64 wake-ups, gone after ARGV's wake TTL when nobody waits).
+WAKE_LUA = """
+local function wake(key, ttl_ms)
+  redis.call('LPUSH', key, '1')
+  redis.call('LTRIM', key, 0, 63)
+  redis.call('PEXPIRE', key, ttl_ms)
+end
+"""
+
+# A release marks the --once key done (if the run has one: its key comes after the fleet
+# record's), keeps the name's recorded time zone at least as long as that mark (if the key is
+# time-derived: the zone's key comes last, README "One zone per name"), and wakes one waiter.
+RELEASE_LUA = WAKE_LUA + """
+local function mark_done(key, value, remember_ms)
+  if key then redis.call('SET', key, value, 'PX', remember_ms) end
+end
+local function keep_zone_for(key, zone, keep_ms)
+  if key and redis.call('GET', key) == zone then
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), tonumber(keep_ms)))
+  end
+end
+"""
+
+# What the acquire scripts check before anything else (README "Never twice, whatever lockrun
+# cannot see"), without a round trip of their own:
+#
+# eviction(): INFO memory, read by the script itself (scripts may call INFO; CONFIG is refused
+# to them, and hosted Redis often renames it). nil when the server keeps every key: maxmemory
+# 0, or maxmemory-policy noeviction. Otherwise {policy, maxmemory, why}, policy '' when it
+# cannot tell (INFO refused, e.g. by an ACL; no maxmemory_policy line): every other policy,
+# allkeys-* and volatile-* alike, may evict lockrun's keys, which all have a TTL.
+#
+# zone_conflict(key, zone): the time zone recorded for the name's --once periods when it is
+# not ``zone`` (a string), or {kind} when the key is not a string at all; nil when they agree
+# or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
+# to live. No key (a run whose --once key does not depend on the time): nothing to check.
+ACQUIRE_CHECKS_LUA = """
+local function info_field(info, name, pattern)
+  -- a plain find, then a match anchored there: an unanchored pattern over the whole reply
+  -- would cost the script as much again as INFO itself (bench/eviction_check.py)
+  local at = string.find(info, '\\n' .. name .. ':', 1, true)
+  if not at then return nil end
+  return string.match(info, pattern, at + #name + 2)
+end
+local function eviction()
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) ~= 'string' then
+    local why = 'no reply'
+    if type(info) == 'table' and info.err then why = info.err end
+    return {'', 0, why}
+  end
+  local limit = tonumber(info_field(info, 'maxmemory', '^(%d+)') or '')
+  local policy = info_field(info, 'maxmemory_policy', '^([%w%-]+)')
+  if not limit or not policy then return {'', 0, 'INFO memory names no maxmemory_policy'} end
+  if limit == 0 or policy == 'noeviction' then return nil end
+  return {policy, limit, ''}
+end
+local function zone_conflict(key, zone)
+  if not key then return nil end
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then return {kind} end
+  local recorded = redis.call('GET', key)
+  if recorded and recorded ~= zone then return recorded end
+  return nil
+end
+local function keep_zone(key, zone, keep_ms)
+  if key then redis.call('SET', key, zone, 'PX', math.max(redis.call('PTTL', key), keep_ms)) end
+end
+local function refused(evicts, allowed)
+  if evicts and allowed ~= '1' then return {-2, evicts[1], evicts[2], evicts[3]} end
+  return nil
+end
+local function refused_zone(conflict)
+  if type(conflict) == 'table' then return {-4, conflict[1]} end
+  return {-3, conflict}
+end
+local function evicting_policy(evicts)
+  if not evicts then return '' end
+  if evicts[1] == '' then return '?' end
+  return evicts[1]
+end
+"""
+
+# The holder's heartbeat is the server's TIME, never the holder's clock: heartbeat(info_key)
+# writes it to the info hash as ISO 8601 UTC (microseconds), which `status` and `unlock` measure
+# against the server's TIME of their own inspection, so that no two hosts' clocks are compared
+# (README "Redis keys"). The civil date of a day count: H. Hinnant's civil_from_days.
+HEARTBEAT_LUA = """
+local function iso_utc(s, us)
+  local rest = s % 86400
+  local z = (s - rest) / 86400 + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, us)
+end
+local function heartbeat(key)
+  local t = redis.call('TIME')
+  redis.call('HSET', key, 'heartbeat_at', iso_utc(tonumber(t[1]), tonumber(t[2])))
+end
+"""
+
+# Take the lock, advance the fence and describe the holder, all or nothing; record the start
+# (or count a busy or duplicate outcome) in the fleet record.
+# KEYS: lock, info, fence, preempt, slots, runs, counts[, done[, once_tz]]. ARGV: token, ttl_ms,
+# last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms,
+# allow_eviction ('1': run on an evicting server all the same), zone (of a time-derived --once
+# key, with once_tz), remember_ms, then info field/value pairs (the start event takes the ones
+# that are not secret).
+# Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
+# dropped; evicting: the policy of a server that may evict and was allowed to, '?' when it could
+# not tell, else ''); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
+# given straight back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory,
+# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone} when the name's
+# --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
+# {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
+# back: it never goes back, not even after a restart without persistence, a lossy failover or a
+# FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
+# INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
+ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+redis.replicate_commands()
+local evicts = eviction()
+local refusal = refused(evicts, ARGV[6])
+if refusal then return refusal end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
+end
+local conflict = zone_conflict(KEYS[9], ARGV[7])
+if conflict then return refused_zone(conflict) end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
+    redis.call('DEL', KEYS[1])
+    record_count(KEYS[7], ARGV[5], 'duplicate')
+    return {2}
+  end
+  keep_zone(KEYS[9], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
+  local now = redis.call('TIME')
+  local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('SET', KEYS[3], string.format('%.0f', fence))
+  redis.call('DEL', KEYS[2], KEYS[4])
+  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
+  heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  record_start(KEYS[6], ARGV[4], ARGV[5], fence, 9)
+  return {1, fence, evicting_policy(evicts)}
+end
+if ARGV[3] == '1' then
+  record_count(KEYS[7], ARGV[5], 'busy')
+end
+return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
+# Reset (never add to) the lease if the token is still ours; stamp the heartbeat with the
+# server's TIME (HEARTBEAT_LUA; TIME before a write needs effects replication on Redis < 5).
+# KEYS: lock, info, preempt. ARGV: token, ttl_ms, child_pid.
+# Returns 1 renewed, 2 renewed but another run asked to replace us (--replace), 0 lost.
+RENEW_SCRIPT = HEARTBEAT_LUA + """
+redis.replicate_commands()
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('HSET', KEYS[2], 'child_pid', ARGV[3])
+  heartbeat(KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return 2
+  end
+  return 1
+end
+return 0
+"""
+
+# If the token is still ours, either keep the lock taken for the rest of --min-hold ("cooling":
+# its TTL becomes the remainder, nobody is woken) or delete it and wake one waiter (BLPOP); mark
+# the --once key done (if given) and keep the name's zone as long; then record the run's end in
+# the fleet record, whether the token was still ours or not (a lost lease ended a run too).
+# KEYS: lock, info, wake, runs, last, counts, ended[, done[, once_tz]]. ARGV: token,
+# wake_ttl_ms, hold_ms, cooling_until, remember_ms, done_value, zone, then the record (see
+# FLEET_LUA) from ARGV[8]. Returns 1 released (or cooling), 0 not ours (expired, evicted,
+# stolen, cleared). A done mark does not depend on the token: the command did succeed, even if
+# its lease was lost under --on-lost continue. The lock goes first: a write that may not grow
+# memory (DEL, PEXPIRE), so that a full noeviction server, which refuses a script whose first
+# write would need memory, still lets the release mark the key done.
+RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  released = 1
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('HSET', KEYS[2], 'cooling_until', ARGV[4], 'child_pid', '')
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  else
+    redis.call('DEL', KEYS[1], KEYS[2])
+    wake(KEYS[3], ARGV[2])
+  end
+end
+mark_done(KEYS[8], ARGV[6], ARGV[5])
+keep_zone_for(KEYS[9], ARGV[7], ARGV[5])
+record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], 8, released)
+return released
+"""
+
+# Ask the holder to stop (--replace): its keeper sees the flag at its next renewal.
+# KEYS: lock, preempt. ARGV: requester run id, ttl_ms. Returns 1 if a holder was asked, 0 if free.
+PREEMPT_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
+# Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
+# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts[,
+# done[, once_tz]]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, allow_eviction, zone,
+# remember_ms, then info field/value pairs.
+# Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
+# another N (1: as a plain lock); {-2, ...}, {-3, zone} and {-4, kind} as the plain acquire;
+# {0, ms until the soonest holder expires, its info}.
+# The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
+SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+redis.replicate_commands()
+local evicts = eviction()
+local refusal = refused(evicts, ARGV[7])
+if refusal then return refusal end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {-1, 1}
+end
+local n = tonumber(ARGV[3])
+local stored = redis.call('GET', KEYS[2])
+if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
+  return {-1, tonumber(stored)}
+end
+local conflict = zone_conflict(KEYS[9], ARGV[8])
+if conflict then return refused_zone(conflict) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= n then
+  if ARGV[4] == '1' then
+    record_count(KEYS[7], ARGV[6], 'busy')
+  end
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
+  return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
+end
+if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
+  record_count(KEYS[7], ARGV[6], 'duplicate')
+  return {2}
+end
+keep_zone(KEYS[9], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SET', KEYS[2], n)
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('SET', KEYS[3], string.format('%.0f', fence))
+redis.call('DEL', KEYS[4])
+redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
+heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
+record_start(KEYS[6], ARGV[5], ARGV[6], fence, 10)
+return {1, fence, evicting_policy(evicts)}
+"""
+
+# Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired; stamp
+# the heartbeat with the server's TIME (HEARTBEAT_LUA).
+# KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, child_pid. Returns 1 or 0.
+SLOTS_RENEW_SCRIPT = HEARTBEAT_LUA + """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+redis.call('HSET', KEYS[3], 'child_pid', ARGV[3])
+heartbeat(KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return 1
+"""
+
+# Give a slot back (release, or unlock of exactly that token) and wake one waiter; mark the
+# --once key done and keep the name's zone as long; record the run's end in the fleet record
+# (also when the slot was no longer ours).
+# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, ended[, done[, once_tz]].
+# ARGV: token, wake_ttl_ms, remember_ms, done_value, zone, then the record (see FLEET_LUA) from
+# ARGV[6]. Returns 1 if the slot was ours, 0 if not: swept by another acquire, cleared, or
+# expired (by Redis' clock) even if nobody swept it yet, as a plain lock's key would have.
+# The slot goes first, as in RELEASE_SCRIPT (ZREM may not grow memory).
+SLOTS_RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
+redis.replicate_commands()
+local released = 0
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  local t = redis.call('TIME')
+  if tonumber(score) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then released = 1 end
+  redis.call('DEL', KEYS[3])
+  if redis.call('ZCARD', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  wake(KEYS[4], ARGV[2])
+end
+mark_done(KEYS[9], ARGV[4], ARGV[3])
+keep_zone_for(KEYS[10], ARGV[5], ARGV[3])
+record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 6, released)
+return released
+"""
+
+# Delete the keys of one lock that hold what lockrun never writes there (a lock key that is
+# not a string, or a string with bytes no owner token has, lockrun's being hex; an info hash,
+# a slots sorted set, a slot count, a wake list or a preemption request of another type or
+# shape): no lockrun lease can live under them, so `unlock` may clear them. The fence counter
+# is never touched: it must only grow. Wakes one waiter.
+# KEYS: lock, info, slots, slots:n, preempt, wake. ARGV: wake_ttl_ms. Returns how many keys
+# were deleted.
+CLEAR_FOREIGN_SCRIPT = WAKE_LUA + """
+local deleted = 0
+local expected = {'string', 'hash', 'zset', 'string', 'string', 'list'}
+for i = 1, 6 do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  local foreign = kind ~= 'none' and kind ~= expected[i]
+  if i == 1 and kind == 'string' then
+    foreign = string.find(redis.call('GET', KEYS[1]), '[\\128-\\255]') ~= nil
+  elseif i == 4 and kind == 'string' then
+    foreign = tonumber(redis.call('GET', KEYS[4])) == nil
+  end
+  if foreign then
+    deleted = deleted + redis.call('DEL', KEYS[i])
+  end
+end
+if deleted > 0 then
+  wake(KEYS[6], ARGV[1])
+end
+return deleted
+"""
+
+#: How long a wake-up waits in a wake list for a waiter to BLPOP it.
+WAKE_TTL_MS = 5000
+
+#: One ARGV value: redis-py sends numbers as their decimal text.
+Arg = str | int
+
+
+class ScriptCall(NamedTuple):
+    """One script with its KEYS and ARGV, ready for EVAL."""
+
+    script: str
+    keys: list[str]
+    args: list[Arg]
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1 (PX 0 is an error, and 0 would mean no TTL)."""
+    return max(1, int(seconds * 1000))
+
+
+def acquire_call(
+    keys: LockKeys, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int,
+    last_try: bool, retention: FleetRetention, allow_eviction: bool = False,
+) -> ScriptCall:
+    """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1."""
+    pairs: list[Arg] = [item for field in info.items() for item in field]
+    done = [keys.done(once.key)] if once else []
+    zoned = [keys.once_tz] if once and once.zone else []
+    kept: list[Arg] = [retention.max_events, retention.keep_ms]
+    checks: list[Arg] = [int(allow_eviction), once.zone if once and once.zone else "",
+                         ms(once.remember_s) if once else 0]
+    if slots > 1:
+        slot_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
+                     keys.counts, *done, *zoned]
+        return ScriptCall(SLOTS_ACQUIRE_SCRIPT, slot_keys,
+                          [token, ms(ttl), slots, int(last_try), *kept, *checks, *pairs])
+    plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done, *zoned]
+    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks, *pairs])
+
+
+def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int | None) -> ScriptCall:
+    """RENEW_SCRIPT, or SLOTS_RENEW_SCRIPT for a --slots lease. ``heartbeat_at`` (the holder's own
+    clock, which the local backend records) is not sent: the script stamps the server's TIME."""
+    del heartbeat_at
+    args: list[Arg] = [lease.token, ms(lease.ttl), child_pid or ""]
+    if lease.slots > 1:
+        return ScriptCall(SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args)
+    return ScriptCall(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args)
+
+
+def release_call(
+    keys: LockKeys, token: str, slotted: bool, retention: FleetRetention, done: OnceKey | None = None,
+    hold_s: float = 0.0, hold_until: str = "", record: FleetRecord | None = None,
+) -> ScriptCall:
+    """RELEASE_SCRIPT, or SLOTS_RELEASE_SCRIPT for a slot: compare-and-delete, wake one waiter,
+    mark ``done`` (and keep its zone as long), add ``record`` to the fleet record."""
+    done_key = [keys.done(done.key)] if done else []
+    if done and done.zone:
+        done_key.append(keys.once_tz)
+    done_args: list[Arg] = [ms(done.remember_s), utc_now_iso(), done.zone or ""] if done else [0, "", ""]
+    fleet_keys, fleet_args = _record_args(keys, record, retention)
+    if slotted:
+        script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys, *done_key]
+        return ScriptCall(SLOTS_RELEASE_SCRIPT, script_keys, [token, WAKE_TTL_MS, *done_args, *fleet_args])
+    script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, *done_key]
+    args: list[Arg] = [token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
+    return ScriptCall(RELEASE_SCRIPT, script_keys, args)
+
+
+def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRetention) -> tuple[list[str], list[Arg]]:
+    """The fleet-record KEYS and ARGV of a release or clear script (FLEET_LUA's record_end)."""
+    run_id = record.row.get("run_id") if record else None
+    fleet_keys = [keys.runs, keys.last, keys.counts, keys.ended(run_id or "-")]
+    if record is None or not run_id:
+        return fleet_keys, [0, 0, "", "", "", 0, "", "", "", "", "", ""]
+    head, tail = row_json_parts(record.row)
+    lost_head, lost_tail = row_json_parts(record.if_lost) if record.if_lost is not None else (head, "")
+    if lost_head != head:  # the two rows may differ only where the release decides
+        lost_tail = ""
+    lost_note = (record.if_lost or {}).get("note") or ""
+    args: list[Arg] = [
+        retention.max_events, retention.keep_ms, record.row["status"], tail_for_fleet(record.output_tail),
+        record.row.get("ended_at") or "", int(record.at_once), run_id, head, tail, lost_tail,
+        record.row.get("note") or "", lost_note, *fields_from_row(record.row, leave_out=RELEASE_DECIDES),
+    ]
+    return fleet_keys, args
+
+
+def preempt_call(keys: LockKeys, requester: str, ttl: float) -> ScriptCall:
+    return ScriptCall(PREEMPT_SCRIPT, [keys.lock, keys.preempt], [requester, ms(ttl)])
+
+
+def clear_foreign_call(keys: LockKeys) -> ScriptCall:
+    script_keys = [keys.lock, keys.info, keys.slots, keys.slot_count, keys.preempt, keys.wake]
+    return ScriptCall(CLEAR_FOREIGN_SCRIPT, script_keys, [WAKE_TTL_MS])
+
+
+# ``status`` over many plain locks: one call per batch reads each lock's token, PTTL, info hash
+# and fleet ``last`` (row, last_success_at), and returns the whole batch as one JSON text. Ten
+# thousand locks are then ten replies that json.loads reads in C, instead of forty thousand that
+# redis-py parses one by one in Python (bench/NOTES.md, "Status with last runs"). A key of the
+# wrong type reads as {"err": ...} (lock, info) or as no last run. KEYS: lock, info, last of each
+# name. Not for a Redis Cluster (the names' keys live in different slots); a value that is not
+# UTF-8 makes json.loads fail, and the caller then reads that batch the ordinary way. Returns
+# {rows, TIME}: the server's clock at the read, which the heartbeats' ages are measured against.
+READ_LOCKS_SCRIPT = """
+local out = {}
+for i = 1, #KEYS, 3 do
+  local token = redis.pcall('GET', KEYS[i])
+  if type(token) == 'table' and token.err then token = {err = token.err} end
+  local flat = redis.pcall('HGETALL', KEYS[i + 1])
+  local info
+  if flat.err then
+    info = {err = flat.err}
+  else
+    info = {}
+    for j = 1, #flat, 2 do info[flat[j]] = flat[j + 1] end
+  end
+  local last = redis.pcall('HMGET', KEYS[i + 2], 'row', 'last_success_at')
+  if last.err then last = {false, false} end
+  out[#out + 1] = {token, redis.call('PTTL', KEYS[i]), info, last[1], last[2]}
+end
+return cjson.encode({out, redis.call('TIME')})
+"""
+

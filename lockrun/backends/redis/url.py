@@ -1,0 +1,173 @@
+"""Redis URLs as lockrun reads them: their forms, their checks, and how they are shown.
+
+Beside the Redis backend, and stdlib only: the settings check a URL at parse time
+without importing redis-py, and every message, ledger row and status line shows a
+URL through :func:`redact_url` or :func:`url_without_credentials`, never as given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+from lockrun.core.errors import ConfigError, UsageError
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+
+
+def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
+    """Check the scheme and shape of a Redis URL; the message never shows a password."""
+    if url.split("://", 1)[0] in CLUSTER_SCHEMES + SENTINEL_SCHEMES:  # several host:port pairs
+        try:
+            parse_cluster_url(url)
+        except ValueError as exc:
+            raise error(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
+        return url
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise error(f"invalid Redis URL {redact_url(url)!r}: cannot parse it") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        raise error(
+            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss://, unix://,"
+            " redis+cluster:// or redis+sentinel://"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
+    allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
+    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
+            raise error(f"invalid Redis URL {redact_url(url)!r}: {key} applies to rediss:// (TLS) URLs only")
+        if key not in allowed + TLS_QUERY_PARAMETERS:
+            raise error(
+                f"invalid Redis URL {redact_url(url)!r}: unknown query parameter {key!r}"
+                f" (known: {', '.join(allowed)}; with rediss://: ssl_*)"
+            )
+    return url
+
+
+#: The query parameters a redis:// or unix:// URL may carry (redis-py reads them; the
+#: timeouts and retries lockrun sets itself win over the URL's).
+URL_QUERY_PARAMETERS = (
+    "db", "username", "password", "client_name", "socket_timeout", "socket_connect_timeout",
+    "health_check_interval", "retry_on_timeout", "max_connections", "protocol", "socket_read_size",
+)
+#: ... and these only a rediss:// URL (anything else is refused before a client is built).
+TLS_QUERY_PARAMETERS = (
+    "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    "ssl_cert_reqs", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers",
+)
+
+
+class ClusterURL(NamedTuple):
+    nodes: list[tuple[str, int]]
+    username: str | None
+    password: str | None
+    tls: bool
+    service: str | None = None  # Sentinel: the monitored master's name
+    db: int = 0
+
+
+def parse_cluster_url(url: str) -> ClusterURL:
+    """Several nodes in one URL.
+
+    ``redis+cluster://[user:password@]h1:7000,h2:7001/``: startup nodes of a Redis Cluster;
+    ``redis+sentinel://[user:password@]h1:26379,h2:26379/SERVICE[/DB]``: Sentinels and the
+    name of the master they watch (the credentials are the master's).
+    """
+    scheme, _, rest = url.partition("://")
+    netloc, _, path = rest.split("?", 1)[0].partition("/")
+    service, db = None, 0
+    if scheme in SENTINEL_SCHEMES:
+        service, _, db_text = path.strip("/").partition("/")
+        if not service:
+            raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
+        if db_text and not db_text.isdigit():
+            raise ValueError(f"the database after the master's name is a number, not {db_text!r}")
+        db = int(db_text or 0)
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username, password = unquote(user) or None, unquote(secret) if colon else None
+    nodes = []
+    for item in filter(None, hosts.split(",")):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {item!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError(f"a {scheme}:// URL needs at least one host:port")
+    return ClusterURL(nodes, username, password, scheme.startswith("rediss"), service, db)
+
+
+def without_password(url: str) -> str:
+    """The URL with its password removed (userinfo and ``?password=``), for the command's environment.
+
+    A lockrun inside the command still finds the server; the password it needs comes
+    from a password file (``redis_password_file``, ``LOCKRUN_REDIS_PASSWORD_FILE``).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, hash_, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}@{hosts}" if user else hosts
+    if query:
+        query = "&".join(pair for pair in query.split("&") if pair.split("=", 1)[0].lower() != "password")
+    return f"{scheme}://{netloc}{slash}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if hash_ else "")
+
+
+def environment_for_command(environ: Mapping[str, str]) -> dict[str, str]:
+    """lockrun's environment minus its own secrets: what the command may inherit."""
+    env = dict(environ)
+    if env.get("LOCKRUN_REDIS_URL"):
+        env["LOCKRUN_REDIS_URL"] = without_password(env["LOCKRUN_REDIS_URL"])
+    return env
+
+
+def url_without_credentials(url: str) -> str:
+    """``redis://h:6379/0`` from ``redis://user:pw@h:6379/0?password=x``: where a server is,
+    safe to store and show (no userinfo; of the query string only ``db``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparseable URL>"
+    rest, _, query = rest.split("#", 1)[0].partition("?")
+    # Everything up to the last "@" goes: a password with an unescaped "/" must not survive.
+    rest = rest.rpartition("@")[2]
+    db = re.search(r"(?:^|&)db=(\d+)(?:&|$)", query)  # which database of a unix socket
+    return f"{scheme}://{rest}" + (f"?db={db.group(1)}" if db else "")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password (userinfo or ``?password=``) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{hostport}" if has_password else f"{userinfo}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(key.lower() == "password" for key, _ in pairs):
+            query = urlencode(
+                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*", quote_via=quote
+            )
+    # Reassembled by hand: urlunsplit() would turn unix:///path into unix:/path.
+    text = f"{parts.scheme}://{netloc}{parts.path}" if "//" in url[:len(parts.scheme) + 3] else urlunsplit(
+        (parts.scheme, netloc, parts.path, "", "")
+    )
+    return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")

@@ -1,0 +1,224 @@
+"""The time zone of a name's ``--once`` periods (README "One zone per name").
+
+``--once-per day`` keys a run by the day it starts in, and a day starts at another moment in
+every zone: two hosts in different zones would compute different keys at the same instant,
+and both would run. So the zone is a setting (``--tz``, ``LOCKRUN_TZ``, ``timezone``), the
+acquire records it with the name, and a run in another zone is refused.
+
+A zone is named, never described by its offset: ``Asia/Jakarta``, not ``+07``. Two names of one
+zone must compare equal on every host, so names are made canonical: the link the tz database
+or the file system makes from an alias to its zone (``US/Eastern`` is ``America/New_York``), and
+every name of UTC (``UTC``, ``Etc/UTC``, ``Zulu``, ``GMT``, ...) is ``UTC``. The host's local zone
+is named from ``TZ``, else the link ``/etc/localtime``, else the zone file with its contents.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import NamedTuple
+
+from lockrun.core.errors import UsageError
+
+ZONE_RULE = "an IANA time zone name such as UTC, Europe/Berlin or Asia/Jakarta"
+#: The longest IANA name has 32 characters (America/Argentina/ComodRivadavia).
+MAX_ZONE_NAME = 64
+_ZONE_RE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
+# Names in the zone directory that are this host's choice, not a zone (Debian links
+# /usr/share/zoneinfo/localtime to /etc/localtime), and the leap-second variants, which count
+# time differently.
+_NOT_ZONES = ("localtime", "posixrules")
+_NOT_ZONE_DIRS = ("right/",)
+# Every name of UTC, and of GMT, which has the same offset (zero) for ever: periods agree.
+UTC = "UTC"
+_UTC_NAMES = frozenset({
+    "UTC", "UCT", "Universal", "Zulu", "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu",
+    "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Etc/GMT", "Etc/GMT0", "Etc/GMT+0", "Etc/GMT-0", "Etc/Greenwich",
+})
+# A POSIX TZ string for UTC itself (TZ=UTC0): the same zone, without a file.
+_UTC_POSIX = re.compile(r"(UTC|UCT|GMT)([+-]?0{1,2}(:00){0,2})?")
+LOCALTIME = Path("/etc/localtime")
+DEBIAN_TIMEZONE = Path("/etc/timezone")
+
+
+class Zone(NamedTuple):
+    """A zone as a run uses it: its canonical name, the zone, and where the setting came from."""
+
+    name: str
+    tz: tzinfo
+    source: str  # "--tz", "LOCKRUN_TZ", "timezone in FILE" or "the host's local zone"
+
+
+def _zoneinfo_roots() -> tuple[str, ...]:
+    import zoneinfo
+
+    return tuple(zoneinfo.TZPATH)
+
+
+def _relative_to_a_root(path: str) -> str | None:
+    """``Asia/Jakarta`` for ``/usr/share/zoneinfo/Asia/Jakarta`` (links followed), else None."""
+    real = os.path.realpath(path)
+    for root in _zoneinfo_roots():
+        real_root = os.path.realpath(root)
+        if real.startswith(real_root + os.sep):
+            name = real[len(real_root) + 1:]
+            return name[len("posix/"):] if name.startswith("posix/") else name
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _database_links() -> dict[str, str]:
+    """The tz database's aliases (``L ZONE ALIAS`` lines of ``tzdata.zi``), where one is installed."""
+    for root in _zoneinfo_roots():
+        try:
+            text = (Path(root) / "tzdata.zi").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        links = {}
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "L":
+                links[parts[2]] = parts[1]
+        return links
+    return {}
+
+
+def canonical(name: str) -> str:
+    """The one name every host gives this zone: aliases resolved, every name of UTC ``UTC``."""
+    if name in _UTC_NAMES:
+        return UTC
+    for root in _zoneinfo_roots():
+        path = os.path.join(root, name)
+        if os.path.islink(path):
+            resolved = _relative_to_a_root(path)
+            if resolved and _ZONE_RE.fullmatch(resolved):
+                name = resolved
+            break
+        if os.path.lexists(path):
+            break
+    name = _database_links().get(name, name)
+    return UTC if name in _UTC_NAMES else name
+
+
+def _load(name: str) -> tzinfo | None:
+    import zoneinfo
+
+    if (len(name) > MAX_ZONE_NAME or not _ZONE_RE.fullmatch(name) or name in _NOT_ZONES
+            or name.startswith(_NOT_ZONE_DIRS)):
+        return None
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # not a zone, not a TZif file, a directory
+        return None
+
+
+def parse_zone(text: str, what: str, source: str | None = None) -> Zone:
+    """``--tz``, ``LOCKRUN_TZ`` or ``timezone``: an IANA name, made canonical. UsageError if it is none."""
+    name = str(text).strip()
+    zone = _load(name)
+    if zone is None:
+        shown = name if len(name) <= MAX_ZONE_NAME else name[:MAX_ZONE_NAME] + "..."
+        raise UsageError(f"unknown time zone {shown!r}: expected {ZONE_RULE} (as in /usr/share/zoneinfo)")
+    named = canonical(name)
+    return Zone(named, _load(named) or zone, source or what)
+
+
+def _same_contents(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _zone_with_contents(data: bytes) -> str | None:
+    """The zone whose file holds exactly ``data`` (``/etc/localtime`` copied, not linked), as
+    ``timedatectl`` and tzlocal find it; the first canonical name in order when several do."""
+    found = set()
+    for root in _zoneinfo_roots():
+        for folder, dirs, files in os.walk(root):
+            relative = os.path.relpath(folder, root)
+            if relative.split(os.sep)[0] in ("posix", "right"):
+                dirs[:] = []
+                continue
+            for file in files:
+                path = os.path.join(folder, file)
+                name = os.path.normpath(os.path.join(relative, file))
+                try:
+                    if os.path.getsize(path) != len(data) or Path(path).read_bytes() != data:
+                        continue
+                except OSError:
+                    continue
+                if _load(name) is not None:
+                    found.add(canonical(name))
+        if found:
+            break
+    return min(found) if found else None
+
+
+def _cannot_name(why: str) -> UsageError:
+    return UsageError(f"cannot name this host's local time zone ({why}); --once periods need one: give --tz ZONE "
+                      f"(or LOCKRUN_TZ, or timezone in the config file), {ZONE_RULE}")
+
+
+def local_zone() -> Zone:
+    """The host's local zone, by name: what ``TZ`` says (glibc: empty is UTC), else what
+    ``/etc/localtime`` links to (no such file: UTC), else the zone file with its contents."""
+    source = "the host's local zone"
+    tz = os.environ.get("TZ")
+    if tz is not None:
+        spec = tz[1:] if tz.startswith(":") else tz
+        if not spec or _UTC_POSIX.fullmatch(spec):
+            return Zone(UTC, _utc(), f"{source}, TZ={tz}")
+        if not spec.startswith("/"):
+            if _load(spec) is None:
+                raise _cannot_name(f"TZ={tz[:80]!r} is not an IANA zone name")
+            return parse_zone(spec, "TZ", f"{source}, TZ={tz}")
+        if os.path.realpath(spec) != os.path.realpath(LOCALTIME):
+            name = _relative_to_a_root(spec)
+            if name is None or _load(name) is None:
+                raise _cannot_name(f"TZ={tz[:80]!r} is no IANA zone file of the zone directory")
+            return parse_zone(name, "TZ", f"{source}, TZ={tz}")
+    if not os.path.lexists(LOCALTIME):
+        return Zone(UTC, _utc(), f"{source}, no {LOCALTIME}")
+    if os.path.islink(LOCALTIME):
+        name = _relative_to_a_root(str(LOCALTIME))
+        if name is None or _load(name) is None:
+            raise _cannot_name(f"{LOCALTIME} links to {os.path.realpath(LOCALTIME)}, outside the zone directory")
+        return parse_zone(name, "zone", source)
+    try:
+        named = DEBIAN_TIMEZONE.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0].strip()
+    except OSError:
+        named = ""
+    zone = _load(named)
+    if zone is not None and any(_same_contents(Path(root) / named, LOCALTIME) for root in _zoneinfo_roots()):
+        return parse_zone(named, "zone", source)
+    try:
+        data = LOCALTIME.read_bytes()
+    except OSError as exc:
+        raise _cannot_name(f"{LOCALTIME}: {exc.strerror or exc}") from None
+    found = _zone_with_contents(data)
+    if found is None:
+        raise _cannot_name(f"{LOCALTIME} is a copy of no zone in the zone directory")
+    return parse_zone(found, "zone", source)
+
+
+def _utc() -> tzinfo:
+    from datetime import timezone
+
+    return timezone.utc
+
+
+def is_time_derived(template: str) -> bool:
+    """Whether a ``--once`` template has a strftime conversion (``%%`` is a literal ``%``)."""
+    return "%" in template.replace("%%", "")
+
+
+def strftime(template: str, zone: Zone | None, now: float | None = None) -> str:
+    """``template`` expanded at ``now`` in ``zone`` (None: the process's local time, as cron does)."""
+    if zone is None:
+        return time.strftime(template, time.localtime(now))
+    return datetime.fromtimestamp(time.time() if now is None else now, zone.tz).strftime(template)

@@ -1,0 +1,188 @@
+"""Output for people and scripts: JSON, and rich tables (rich is imported only here, only when drawing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from lockrun.core.clock import human_duration, seconds_since
+from lockrun.core.printable import printable
+from lockrun.core.record import Status
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from lockrun.views.status import LockEntry
+
+#: A run as ``history --json`` prints it (README, "Ledger fields").
+Row = dict[str, Any]
+
+STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
+# One palette for every table and chart: ledger status -> rich style. The timeline's SVG
+# draws the same colours (STYLE_HEX).
+STATUS_STYLES: dict[str, str] = {
+    Status.SUCCEEDED: "green",
+    Status.FAILED: "red",
+    Status.LOST: "bold red",
+    Status.PREEMPTED: "bold red",
+    Status.TIMEOUT: "magenta",
+    Status.KILLED: "red",
+    Status.ERROR: "red",
+    Status.UNAVAILABLE: "yellow",
+    Status.ABANDONED: "yellow",
+    Status.BUSY: "dim",
+    Status.DUPLICATE: "dim",
+    Status.UNLOCKED: "dim",
+    Status.RUNNING: "cyan",
+}
+# The palette's styles as SVG colours.
+STYLE_HEX = {
+    "green": "#2f9e44",
+    "red": "#e03131",
+    "bold red": "#9c1c1c",
+    "yellow": "#e6a700",
+    "cyan": "#1c9fc2",
+    "magenta": "#ae3ec9",
+    "dim": "#adb5bd",
+}
+
+
+def print_json(value: object) -> None:
+    """Indented for a person at a terminal; compact for a pipe, where the C encoder is
+    several times faster (json's indent= forces the pure-Python one)."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(value, indent=indent) + "\n")
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # rich honours NO_COLOR and FORCE_COLOR itself, and drops colour when stdout is
+    # not a terminal. Piped tables must not be cut to 80 columns for grep and awk.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 0) or 250
+    return Console(highlight=False, width=width, soft_wrap=False)
+
+
+def _table(*columns: str) -> Table:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=48 if column == "COMMAND" else None)
+    return table
+
+
+def _styled(text: str, style: str | None) -> str:
+    from rich.markup import escape
+
+    shown = escape(printable(text))  # cells hold what other hosts wrote: no control characters
+    return f"[{style}]{shown}[/]" if style else shown
+
+
+def _when(iso: str | None) -> str:
+    """``2026-11-29 08:57:03Z``: UTC like the ledger, to the second."""
+    return f"{iso[:10]} {iso[11:19]}Z" if iso else "-"
+
+
+def _command(command: Sequence[str] | None) -> str:
+    return " ".join(command or []) or "-"
+
+
+def _exit_parts(row: Row) -> tuple[str, str | None]:
+    """What cron saw, and how the command ended when that says more: ("124", "sig 15"),
+    ("76", "sig 9"), ("3", None), ("75", None). Rows written before lockrun recorded its exit
+    status have the command's code alone (or "sig N")."""
+    command = None
+    if row["signal"] is not None:
+        command = f"sig {row['signal']}"
+    elif row["exit_code"] is not None and row["exit_code"] != row.get("exit_status"):
+        command = f"cmd {row['exit_code']}"
+    if row.get("exit_status") is None:
+        return (str(row["exit_code"]), None) if row["exit_code"] is not None else (command or "-", None)
+    return str(row["exit_status"]), command
+
+
+def exit_text(row: Row) -> str:
+    """``124 (sig 15)``, ``3``, ``-``: the history table's EXIT column."""
+    status, command = _exit_parts(row)
+    return f"{status} ({command})" if command else status
+
+
+def status_table(
+    backend: str, where: str, locks: list[LockEntry], unreachable: bool = False, notes: Sequence[str] = (),
+) -> None:
+    from rich.markup import escape
+
+    console = _console()
+    console.print(escape(f"backend: {backend}" + (f" {where}" if where else "")))
+    if unreachable:
+        console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
+    if not locks:
+        console.print("no locks are held" if not unreachable else "the ledger knows of no run in progress")
+        return
+    table = _table("NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN")
+    for lock in locks:
+        last = lock.get("last_run")
+        if last:
+            ago = human_duration(seconds_since(last["ended_at"] or last["started_at"]))
+            status, command = _exit_parts(last)
+            how = f"{status}, {command}" if command else status
+            last_text = f"{last['status']} ({how}) on {last['host'] or '?'}, {ago} ago"
+        else:
+            last_text = "-"
+        heartbeat = lock["heartbeat_age_s"]
+        table.add_row(
+            _styled(lock["name"], None),
+            _styled(lock["state"], STATE_STYLES.get(lock["state"])),
+            _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
+            human_duration(seconds_since(lock["started_at"])),
+            human_duration(lock["ttl_remaining_s"]),
+            f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
+            _styled(_command(lock["command"]), None),
+            _styled(last_text, STATUS_STYLES.get(last["status"]) if last else None),
+        )
+    console.print(table)
+    for lock in locks:
+        if lock.get("problem"):  # data lockrun did not write: say what, under the table
+            console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
+    for note in notes:  # about a holder: where its pid means something
+        console.print(_styled(note, None))
+
+
+def history_table(rows: list[Row]) -> None:
+    console = _console()
+    if not rows:
+        console.print("no runs recorded")
+        return
+    table = _table("WHEN", "NAME", "STATUS", "EXIT", "DURATION", "HOST", "RUN ID", "COMMAND")
+    for row in rows:
+        table.add_row(
+            _styled(_when(row["started_at"]), None),  # rows from the fleet record may hold anything
+            _styled(row["name"], None),
+            _styled(row["status"], STATUS_STYLES.get(row["status"])),
+            exit_text(row),
+            human_duration(row["duration_s"]),
+            _styled(row["host"] or "-", None),
+            _styled((row["run_id"] or "-")[:8], None),
+            _styled(_command(row["command"]), None),
+        )
+    console.print(table)
+
+
+def run_details(row: Row, tail: str | None) -> None:
+    """One run, field by field, then its output tail as it was (no markup)."""
+    width = max(len(key) for key in row)
+    lines = []
+    for key, value in row.items():
+        shown = " ".join(value) if key == "command" else ("-" if value is None else value)
+        lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    if tail is not None:
+        # Another host's output, perhaps: its lines and tabs as they were, escape sequences shown.
+        sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{printable(tail, keep=chr(10) + chr(9))}")
+        if tail and not tail.endswith("\n"):
+            sys.stdout.write("\n")

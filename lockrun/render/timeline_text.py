@@ -1,0 +1,219 @@
+"""Drawing `lockrun timeline` as text: for a terminal (coloured bars) or a pipe (letters).
+
+The geometry comes from ``timeline``; this module only draws it (``timeline_svg`` draws the
+SVG). rich is imported only when the text can have colour (a terminal, or FORCE_COLOR): a chart
+for a pipe, cron mail or a log file is plain ASCII and needs no rich at all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+
+from lockrun.core.clock import human_duration
+from lockrun.render.tables import STATUS_STYLES
+from lockrun.views import timeline as tl
+from lockrun.views.timeline_axis import ticks
+
+MIN_WIDTH, MAX_WIDTH, DEFAULT_WIDTH = 70, 1000, 100
+FIGURES_HEAD = f"{'runs':>5} {'fail':>4} {'skip':>4} {'median':>7} {'max':>7}  {'last':<11}"
+BAR, MARK_GLYPH = "\u2588", "\u00b7"  # full block; middle dot
+MIN_CHART = 10  # columns of time at the narrowest
+OVERLAP_LABEL = "  overlap"
+
+Segment = tuple[str, str | None]  # text, rich style
+
+
+# --- text ---------------------------------------------------------------------------------------------------
+
+
+def default_width() -> int:
+    """The terminal's width on a terminal; else $COLUMNS; else 100 (cron mail, a log file)."""
+    if sys.stdout.isatty():
+        try:
+            return max(MIN_WIDTH, min(MAX_WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns))
+        except OSError:
+            pass
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    return max(MIN_WIDTH, min(MAX_WIDTH, columns)) if columns > 0 else DEFAULT_WIDTH
+
+
+def text_lines(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, width: int,
+               colour: bool) -> list[list[Segment]]:
+    """The chart as lines of styled segments; with ``colour`` False every style is None and
+    bars are letters, so the lines are plain ASCII.
+
+    ``labels`` (every lane's, from ``timeline.label``) size the name column before the first
+    chart arrives: ``charts`` may be a stream, one lane's runs in memory at a time.
+    """
+    narrowest = len(OVERLAP_LABEL)
+    label_width = max(narrowest, min(max([len(label) for label in labels] + [0]), width // 4))
+    chart_width = width - label_width - 3 - 1 - len(FIGURES_HEAD)
+    if chart_width < MIN_CHART:
+        label_width = max(narrowest, label_width - (MIN_CHART - chart_width))
+        chart_width = max(MIN_CHART, width - label_width - 3 - 1 - len(FIGURES_HEAD))
+    bounds = window.boundaries(chart_width)
+    gutter = " " * (label_width + 1)
+
+    lines: list[list[Segment]] = [[(_title(window, chart_width), "bold" if colour else None)]]
+    axis = [" "] * chart_width
+    ruler = ["-"] * chart_width
+    for column, text in ticks(window, chart_width):
+        axis[column:column + len(text)] = text
+        ruler[column] = "+"
+    lines.append([(gutter + " " + "".join(axis) + "  " + FIGURES_HEAD.rstrip(), "dim" if colour else None)])
+    lines.append([(gutter + "+" + "".join(ruler) + "+", "dim" if colour else None)])
+    for chart in charts:
+        label = tl.label(chart.name, chart.host)
+        marks = tl.mark_cells(chart.marks, bounds)
+        tracks: list[tl.Track | None] = [*chart.tracks] or [None]
+        for index, track in enumerate(tracks):
+            cells: list[str | None] = tl.cells(track, bounds) if track is not None else [None] * chart_width
+            line: list[Segment] = []
+            if index == 0:
+                line.append((fit(label, label_width, colour).ljust(label_width) + " |", None))
+            else:
+                line.append((OVERLAP_LABEL.ljust(label_width), "dim" if colour else None))
+                line.append((" |", None))
+            line.extend(_cell_segments(cells, marks if index == 0 else None, colour))
+            line.append(("|", None))
+            if index == 0:
+                line.extend(_figures(chart.figures, colour))
+            lines.append(line)
+    lines.append([("", None)])
+    lines.extend(_legend(colour, width))
+    return lines
+
+
+def fit(text: str, width: int, colour: bool) -> str:
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + ("\u2026" if colour else "~")
+
+
+def _title(window: tl.Window, columns: int) -> str:
+    since, until = window.since.astimezone(), window.until.astimezone()
+    same_day = since.date() == until.date()
+    end = until.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
+    zone = since.strftime("%Z") or since.strftime("%z")
+    return (f"runs from {since:%Y-%m-%d %H:%M} to {end} {zone}"
+            f", {span_text(window.seconds / columns)} per column")
+
+
+def span_text(seconds: float) -> str:
+    """A column's length, as a person would say it: 20m, 1h30m, 36s, 2.5s."""
+    if seconds < 10:
+        return f"{seconds:.2g}s" if seconds < 1 else f"{seconds:.1f}s".replace(".0s", "s")
+    whole = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+        if len(parts) == 2:
+            break
+    return "".join(parts)
+
+
+def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bool) -> list[Segment]:
+    """Runs of equal cells become one segment, so a busy lane is a handful of styled spans."""
+    segments: list[Segment] = []
+    text, style = "", None
+    for column, status in enumerate(cells):
+        if status is not None:
+            glyph = BAR if colour else tl.LETTERS.get(status, tl.UNKNOWN_LETTER)
+            cell_style = STATUS_STYLES.get(status) if colour else None
+        elif marks is not None and marks[column]:
+            glyph = MARK_GLYPH if colour else tl.MARK_LETTER
+            cell_style = STATUS_STYLES["busy"] if colour else None
+        else:
+            glyph, cell_style = " ", None
+        if cell_style != style and text:
+            segments.append((text, style))
+            text = ""
+        text += glyph
+        style = cell_style
+    if text:
+        segments.append((text, style))
+    return segments
+
+
+def figure_texts(figures: tl.Figures) -> list[str]:
+    """runs, fail, skip, median, max: the texts under FIGURES_HEAD, each with its leading space."""
+    return [f" {figures.runs:>5}", f" {figures.failures:>4}", f" {figures.skips:>4}",
+            f" {_seconds(figures.median_s):>7}", f" {_seconds(figures.max_s):>7}", "  "]
+
+
+def _figures(figures: tl.Figures, colour: bool) -> list[Segment]:
+    texts = figure_texts(figures)
+    segments: list[Segment] = [(text, None) for text in texts]
+    if colour and figures.failures:
+        segments[1] = (texts[1], "red")
+    last = figures.last_status or "-"
+    segments.append((last, STATUS_STYLES.get(last) if colour else None))
+    return segments
+
+
+def _seconds(value: float | None) -> str:
+    return human_duration(value) if value is not None else "-"
+
+
+def _legend(colour: bool, width: int) -> list[list[Segment]]:
+    """``S succeeded   F failed   ...``, wrapped to ``width``."""
+    lines: list[list[Segment]] = [[]]
+    used = 0
+    for letter, meaning in tl.LEGEND:
+        status = {"L": "lost", tl.MARK_LETTER: "busy"}.get(letter, meaning)
+        entry = f"{letter} {meaning}"
+        if used and used + 3 + len(entry) > width:
+            lines.append([])
+            used = 0
+        if used:
+            lines[-1].append(("   ", None))
+            used += 3
+        if colour:
+            lines[-1].append((MARK_GLYPH if letter == tl.MARK_LETTER else BAR, STATUS_STYLES.get(status)))
+            lines[-1].append((f" {meaning}", None))
+        else:
+            lines[-1].append((entry, None))
+        used += len(entry)
+    return lines
+
+
+def print_text(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, width: int) -> None:
+    """Plain ASCII for a pipe; through rich (which honours NO_COLOR and FORCE_COLOR) otherwise."""
+    if not sys.stdout.isatty() and not os.environ.get("FORCE_COLOR"):
+        _write_plain(text_lines(labels, charts, window, width, colour=False))
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, width=max(width, 20), soft_wrap=True)
+    colour = console.color_system is not None
+    lines = text_lines(labels, charts, window, width, colour=colour)
+    if not colour:
+        _write_plain(lines)
+        return
+    # Rendered to a string and written here, so that a closed pipe is a BrokenPipeError for the
+    # caller (exit 0, as for every command) rather than rich's own exit 1.
+    with console.capture() as captured:
+        for line in lines:
+            text = Text(no_wrap=True, overflow="crop")
+            for segment, style in line:
+                text.append(segment, style=style or "")
+            console.print(text)
+    sys.stdout.write(captured.get())
+
+
+def _write_plain(lines: list[list[Segment]]) -> None:
+    sys.stdout.write("\n".join("".join(text for text, _ in line).rstrip() for line in lines) + "\n")
+
+
+def print_empty(window: tl.Window, names: list[str] | None) -> None:
+    since, until = window.since.astimezone(), window.until.astimezone()
+    what = "no runs" + (f" of {', '.join(names)}" if names else "")
+    sys.stdout.write(f"{what} between {since:%Y-%m-%d %H:%M} and {until:%Y-%m-%d %H:%M %Z}".rstrip() + "\n")

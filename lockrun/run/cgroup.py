@@ -1,0 +1,251 @@
+"""A cgroup v2 of the run's own: the command and everything it starts, killable as one.
+
+Where lockrun may create a cgroup (root, or a user given a delegated cgroup v2 subtree), the
+command is moved into ``lockrun-PID-XXXXXXXX`` below lockrun's own cgroup. Everything it forks
+is born there, wherever it goes in the process tree, so ``cgroup.kill`` (Linux 5.14) kills all
+of it at once, forks in flight included. That is what covers a lockrun that is SIGKILLed (the
+OOM killer, ``kill -9``, its own backstop timer): lockrun's descendants are then beyond its reach,
+but the watchdog (watchdog.py), which outlives it, writes ``cgroup.kill``.
+
+Anything that does not allow it (cgroup v1 only, a read-only ``/sys/fs/cgroup`` as in most
+containers, no permission, a threaded cgroup, a kernel without ``cgroup.kill``) makes
+:meth:`RunCgroup.create` return None and lockrun go on without one: the subreaper
+(supervisor.py) still stops every descendant while lockrun lives.
+
+Moving a process between cgroups waits for an RCU grace period (one to two milliseconds on
+this project's machines, more on large ones, and it holds up every fork on the host meanwhile),
+so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread, which
+the supervisor starts once the command has run for ``supervisor.ADOPT_AFTER`` (10 ms: a command
+that ends sooner never pays for it), makes the cgroup, moves the command's process, and then
+whatever it forked before its move landed, until a walk of lockrun's tree finds nobody outside
+(what is forked after a process' move is born inside). A lockrun SIGKILLed within that first
+moment (about ten milliseconds and a grace period) can leave behind what its command forked
+outside its process group in it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from lockrun.run import descendants
+
+#: A bound on the adopter's walks: each one moves every process it finds outside the cgroup.
+ADOPT_ROUNDS = 100
+
+CGROUP_PREFIX = "lockrun-"
+
+
+def _unescape(field: str) -> str:
+    """A path from /proc/self/mountinfo, where space, tab, newline and backslash are octal escapes."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def own_cgroup() -> tuple[str, str] | None:
+    """lockrun's own cgroup v2: its directory and its path as /proc/PID/cgroup names it, or None
+    where it cannot be found."""
+    relative = None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    relative = line[3:].rstrip("\n")
+        if relative is None or not relative.startswith("/") or relative.endswith(" (deleted)"):
+            return None
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                try:
+                    fstype = fields[fields.index("-") + 1]
+                except (ValueError, IndexError):
+                    continue
+                if fstype != "cgroup2" or len(fields) < 5:
+                    continue
+                root, mount_point = _unescape(fields[3]).rstrip("/"), _unescape(fields[4])
+                if relative == root or relative.startswith(root + "/") or not root:
+                    return mount_point.rstrip("/") + relative[len(root):], relative
+    except OSError:
+        return None
+    return None
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+class RunCgroup:
+    def __init__(self, path: str, relative: str) -> None:
+        self.path = path
+        self.relative = relative  # how /proc/PID/cgroup names it
+
+    @classmethod
+    def create(cls) -> RunCgroup | None:
+        """A new, empty cgroup below lockrun's own, or None where lockrun may not make one."""
+        own = own_cgroup()
+        if own is None or not os.path.isfile(os.path.join(own[0], "cgroup.procs")):
+            return None
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        path = os.path.join(own[0], name)
+        try:
+            os.mkdir(path, 0o700)
+        except OSError:  # EACCES, EROFS, EPERM, ENOSPC (cgroup.max.descendants): no cgroup, silently
+            return None
+        cgroup = cls(path, own[1].rstrip("/") + "/" + name)
+        if not os.path.exists(os.path.join(path, "cgroup.kill")):  # before Linux 5.14: nothing to kill it whole
+            cgroup.remove()
+            return None
+        return cgroup
+
+    def adopt(self, pid: int) -> bool:
+        """Move ``pid`` into this cgroup; False if the kernel refused (or it is gone)."""
+        try:
+            _write(os.path.join(self.path, "cgroup.procs"), str(pid))
+        except OSError:
+            return False
+        return True
+
+    def holds(self, pid: int) -> bool:
+        """True if ``pid`` is in this cgroup (or a cgroup below it)."""
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("0::"):
+                        path = line[3:].rstrip("\n")
+                        return path == self.relative or path.startswith(self.relative + "/")
+        except OSError:
+            return False
+        return False
+
+    def kill(self) -> bool:
+        """SIGKILL every process in the cgroup, atomically with respect to forks."""
+        try:
+            _write(os.path.join(self.path, "cgroup.kill"), "1")
+        except OSError:
+            return False
+        return True
+
+    def populated(self) -> bool:
+        """True while a live process is in the cgroup or below it."""
+        try:
+            with open(os.path.join(self.path, "cgroup.events"), encoding="ascii", errors="replace") as f:
+                return any(line.strip() == "populated 1" for line in f)
+        except OSError:
+            return False
+
+    def remove(self, wait: float = 1.0) -> bool:
+        """Remove the (empty) cgroup, and any the command made below it (a lockrun run by the
+        command makes its own there); the kernel may take a moment after the last process exited."""
+        deadline = time.monotonic() + wait
+        delay = 0.001
+        while True:
+            try:
+                _remove_children(self.path)
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                    return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _remove_children(path: str) -> None:
+    """rmdir the cgroups below ``path``, deepest first (a cgroup directory holds only files otherwise)."""
+    with os.scandir(path) as entries:
+        below = [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for child in below:
+        _remove_children(child)
+        os.rmdir(child)
+
+
+class Adopter:
+    """The run's cgroup, made and filled beside the run, in a thread of its own.
+
+    It makes the cgroup, tells ``on_created`` (the watchdog), moves the command's process
+    ``first``, then walks lockrun's tree (``root``, the subreaper: every descendant is in it,
+    leaving out ``skip``, the watchdog) and moves what it finds outside, until a walk finds
+    nobody. Each process is checked to be the one seen (its start time) right before it is moved,
+    so that a pid reused meanwhile is left alone. :meth:`stop` ends the moves (the command is
+    being reaped); :meth:`close` also removes the cgroup.
+    """
+
+    def __init__(self, root: int, first: int, skip: Callable[[], Iterable[int | None]],
+                 on_created: Callable[[str], None] = lambda path: None) -> None:
+        self._root = root
+        self._first = first
+        self._skip = skip
+        self._on_created = on_created
+        self.cgroup: RunCgroup | None = None
+        self.moved = 0
+        self._lock = threading.Lock()  # the cgroup is made, or removed, under it: never both
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lockrun-cgroup", daemon=True)
+
+    def current(self) -> RunCgroup | None:
+        return self.cgroup
+
+    def start(self) -> None:
+        try:
+            self._thread.start()
+        except RuntimeError:  # no thread to be had: the run goes on without a cgroup, as where there is none
+            self._stop.set()
+
+    def stop(self) -> None:
+        """No more moves from now on (the command is being reaped: its pid may be reused)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop, and remove the cgroup if it was made (everything in it is gone by now)."""
+        with self._lock:
+            self._stop.set()
+            cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
+
+    def _move(self, cgroup: RunCgroup, proc: descendants.Proc) -> bool:
+        now = descendants.stat(proc.pid)
+        if self._stop.is_set() or now is None or now.start != proc.start:
+            return False
+        if cgroup.adopt(proc.pid):
+            self.moved += 1
+            return True
+        return False
+
+    def _run(self) -> None:
+        first = descendants.stat(self._first)
+        with self._lock:
+            if self._stop.is_set() or first is None:
+                return
+            cgroup = RunCgroup.create()
+            if cgroup is None:
+                return
+            self.cgroup = cgroup
+            self._on_created(cgroup.path)
+        if not self._move(cgroup, first):
+            return  # refused (or already over): an empty cgroup, removed at the end
+        for _ in range(ADOPT_ROUNDS):
+            outside = [p for p in descendants.snapshot(self._root, self._skip())
+                       if p.state != "Z" and not cgroup.holds(p.pid)]
+            if not outside or self._stop.is_set():
+                return
+            for proc in outside:
+                self._move(cgroup, proc)

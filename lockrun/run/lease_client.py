@@ -1,0 +1,163 @@
+"""This run's side of the lock protocol: acquire, wait, replace, release, give back.
+
+A :class:`LeaseClient` owns the run's owner token (128 random bits, new for every run)
+and what the holder record says about this run. The backend does each step in one
+round trip (backends/__init__.py); what is decided here is when to try again:
+
+- ``--wait``: a busy answer is followed by a sleep until a release wakes us (BLPOP on
+  Redis) or the holder's lease could have expired, then another try. The try at or after
+  the deadline decides, and only its busy answer is counted by the fleet record.
+- ``--replace``: the holder is asked once to stop; its keeper sees the request at its
+  next renewal and stops its command. Without ``--wait``, the deadline is the holder's
+  TTL plus ``--kill-after``, known from its first busy answer.
+- A lost reply: an acquire whose reply never came may have taken the lock all the same
+  (and one that too few replicas acknowledged, under ``--replicas``, did take it), so
+  whatever our token holds is given back rather than left stuck for a whole TTL.
+- Release: compare-and-delete, retried a little; the token is kept until then (redis-py
+  forgot it before the call, and a failed release could never be retried).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+
+from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.core.clock import utc_now_iso
+from lockrun.core.errors import BackendUnavailable, NothingTaken, Report
+from lockrun.system import host
+
+RELEASE_ATTEMPTS = 3
+
+
+class LeaseClient:
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        ttl: float,
+        *,
+        run_id: str,
+        argv: list[str],
+        report: Report,
+        slots: int = 1,
+        once: OnceKey | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        # clock and sleep are parameters so that the unit tests can drive the waiting on a fake clock.
+        self.backend, self.report, self.clock, self.sleep = backend, report, clock, sleep
+        self.name, self.ttl, self.slots, self.once = name, ttl, slots, once  # what each try asks for
+        self.run_id, self.argv = run_id, argv  # what the holder record says of this run
+        self.token = os.urandom(16).hex()  # from the kernel CSPRNG
+
+    def holder_info(self) -> dict[str, str]:
+        """What the holder record says about this run (README "Redis keys")."""
+        now = utc_now_iso()
+        return {
+            "token": self.token,
+            "run_id": self.run_id,
+            "host": host.hostname(),
+            "boot_id": host.boot_id(),
+            "pid": str(os.getpid()),
+            "pid_start": str(host.own_start() or ""),
+            "child_pid": "",
+            "command": json.dumps(self.argv),
+            "started_at": now,
+            "heartbeat_at": now,
+            "ttl_ms": str(int(self.ttl * 1000)),
+            # Which process "pid" is: a pid means something only in its PID namespace, on its machine.
+            "pid_ns": str(host.pid_ns() or ""),
+            "machine_id": host.machine_id(),
+        }
+
+    def acquire(
+        self,
+        wait: float | None,
+        *,
+        replace: bool = False,
+        kill_after: float = 10.0,
+        interrupted: Callable[[], bool] = lambda: False,
+        get_ready: Callable[[], None] = lambda: None,
+    ) -> Lease | Holder | Duplicate:
+        """The lease, the holder that kept us out until ``wait`` ran out (or ``interrupted``),
+        or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
+        ``get_ready`` runs while we wait, so that the hand-over costs only the acquire."""
+        give_up_at = self.clock() + (wait or 0.0)
+        deadline_known = wait is not None
+        asked: str | None = None  # the holder token we asked to stop (--replace)
+        while True:
+            # The try at or after the deadline decides: a busy answer to it is this run's
+            # outcome, which the fleet record counts (earlier busy answers are only waiting).
+            last_try = deadline_known and self.clock() >= give_up_at
+            try:
+                result = self.backend.acquire(self.name, self.token, self.ttl, self.holder_info(), self.once,
+                                              self.slots, last_try=last_try)
+            except NothingTaken:
+                raise  # the server answered and took nothing (an evicting or full Redis): nothing to give back
+            except BackendUnavailable:
+                self._give_back()
+                raise
+            if isinstance(result, Lease) and result.evicting:
+                self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
+                                    f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
+            if not deadline_known and isinstance(result, Holder):
+                # Long enough for the holder to notice at its next renewal (TTL/3 of *its*
+                # lease) and to stop its command (--kill-after).
+                holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else self.ttl
+                give_up_at = self.clock() + holder_ttl + kill_after
+                deadline_known = True
+            if not isinstance(result, Holder) or interrupted() or last_try:
+                return result
+            left = give_up_at - self.clock()
+            if left <= 0:
+                continue  # the deadline passed during this try: one last one decides
+            if replace and result.token != asked:
+                # Ask once per holder; it stops its command within TTL/3, then releases, which wakes us.
+                asked = result.token
+                if self.backend.preempt(self.name, self.run_id, left):
+                    self.report("info", f"asked {result.host}:{result.pid} to stop (--replace)")
+            get_ready()
+            # Until a release wakes us, or until the holder's lease could have expired (a
+            # crashed holder pushes nothing), and at most a second.
+            expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else 1.0
+            self.backend.wait_for_release(self.name, min(left, expiry + 0.005, 1.0))
+
+    def _give_back(self) -> None:
+        """After a lost acquire reply (the script may have run) or too few replicas acknowledging
+        it (``--replicas``): give back whatever our token holds (under ``--slots``, the slot)
+        rather than leave it stuck for a whole TTL."""
+        with contextlib.suppress(BackendUnavailable):  # the lease expires by itself within its TTL
+            self.backend.release_token(self.name, self.token, self.slots)
+
+    def release(
+        self, lease: Lease, *, lost: bool = False, succeeded: bool = False, hold_s: float = 0.0,
+        hold_until: str = "", record: FleetRecord | None = None,
+    ) -> bool | None:
+        """Compare-and-delete (marking a ``--once`` key done, or cooling for ``--min-hold``, and
+        adding ``record`` to the fleet record), retried a little. After a lost lease the release
+        is a formality that may well fail: tried once, quietly.
+
+        True: released; False: the lock was no longer this run's (expired, evicted, stolen,
+        cleared: the caller says so); None: the backend could not be asked."""
+        last_error = None
+        for attempt in range(1 if lost and not succeeded else RELEASE_ATTEMPTS):
+            try:
+                released = self.backend.release(lease, succeeded=succeeded, hold_s=hold_s, hold_until=hold_until,
+                                                record=record)
+            except BackendUnavailable as exc:
+                last_error = exc
+                self.sleep(0.05 * (attempt + 1))
+                continue
+            self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
+            return released
+        message = f"could not release {lease.name!r} ({last_error}); it expires within {lease.ttl:g}s"
+        if succeeded and lease.once is not None:
+            # Worth a warning even after a lost lease: a rerun will not know the work was done.
+            self.report("warn", f"{message}; --once key {lease.once.key!r} was not marked done")
+            return None
+        self.report("info" if lost else "warn", message)
+        return None

@@ -1,0 +1,303 @@
+"""Telling someone: webhooks after a run, healthchecks.io-style pings around it.
+
+Everything sent after the release shares one deadline, DELIVERY_BUDGET seconds from the
+moment the run ends (the start ping still in flight included): every endpoint is tried at
+once, each in a thread of its own, with two attempts of at most ATTEMPT_TIMEOUT seconds each
+within that deadline, and whatever has not answered by then is given up on, however many
+endpoints there are and wherever they hang (DNS resolution, which no socket timeout bounds,
+connecting, or an endpoint that accepts and never answers). So pings and webhooks together
+delay lockrun's exit by at most the 5 s the README promises. A delivery never changes
+lockrun's exit code, and a failure comes back as one line for a warning and the ledger's
+note. Endpoints are shown as ``scheme://host/…``: a webhook's query string and a ping URL's
+path are its credentials.
+
+:class:`Delivery` is what one run asked for; the runner makes one only when a run asks,
+and urllib is imported only when something is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from lockrun import __version__
+from lockrun.config.settings import redact_endpoint
+from lockrun.core.record import Status
+from lockrun.run.outcome import busy_message
+
+if TYPE_CHECKING:
+    from lockrun.backends import Holder
+
+ATTEMPT_TIMEOUT = 2.0
+ATTEMPTS = 2
+#: Seconds for everything sent after the run, all endpoints together: 5 s (README "Telling
+#: someone") less the time lockrun takes to give up on threads still waiting and to exit.
+DELIVERY_BUDGET = 4.0
+RETRY_PAUSE = 0.2
+
+USER_AGENT = f"lockrun/{__version__}"
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``http://user:pw@host/x`` -> (``http://host/x``, the Basic Authorization header value).
+
+    urllib would hand ``user:pw@host`` to the resolver as a host name; the credentials go
+    in a header instead, and never into a message, the ledger or a payload.
+    """
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    import base64
+
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return parts._replace(netloc=hostport).geturl(), f"Basic {token}"
+
+
+def post(url: str, body: bytes, content_type: str, deadline: float | None = None) -> str | None:
+    """POST with one retry before ``deadline`` (on the monotonic clock; default DELIVERY_BUDGET
+    from now). None on success, else why it failed. A call that hangs past the deadline where no
+    timeout reaches (DNS) is given up on by the caller: see :class:`Sending`."""
+    import urllib.error  # here, not above: a run that sends nothing never pays for them
+    import urllib.request
+
+    if deadline is None:
+        deadline = time.monotonic() + DELIVERY_BUDGET
+    reason = "not attempted: no time left"
+    target, authorization = split_credentials(url)
+    for attempt in range(ATTEMPTS):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        request = urllib.request.Request(
+            target, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
+        )
+        if authorization:
+            # Unredirected: a redirect to another host must not carry the credentials along.
+            request.add_unredirected_header("Authorization", authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=min(ATTEMPT_TIMEOUT, left)) as response:
+                response.read(65536)
+                return None
+        except urllib.error.HTTPError as exc:
+            reason = f"HTTP {exc.code}"
+            if exc.code < 500:  # the endpoint said no: asking again will not change its mind
+                break
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            inner = getattr(exc, "reason", exc)
+            reason = type(inner).__name__ if isinstance(inner, BaseException) else str(inner)
+            if isinstance(inner, OSError) and inner.strerror:
+                reason = inner.strerror
+            if "timed out" in str(inner):
+                reason = "timed out"
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
+    return f"{redact_endpoint(url)}: {reason}"
+
+
+class Sending:
+    """One delivery in a daemon thread of its own, so that waiting for it can stop at a deadline
+    whatever it is stuck in; a thread still stuck then is left behind (lockrun is about to exit)."""
+
+    def __init__(self, endpoint: str, send: Callable[[], str | None], what: str = "",
+                 thread_name: str = "lockrun-deliver") -> None:
+        self.endpoint = endpoint  # as messages show it: scheme://host/…
+        self.failure: str | None = None
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.failure = send()
+            finally:
+                self._done.set()
+
+        try:
+            threading.Thread(target=run, name=thread_name, daemon=True).start()
+        except RuntimeError as exc:  # no thread for it: a failed delivery, nothing worse
+            self.failure = f"{endpoint}: {what + ' ' if what else ''}not sent ({exc})"
+            self._done.set()
+
+    def result(self, deadline: float) -> str | None:
+        """Why it failed, None if it did not; waits until ``deadline`` at most."""
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
+            return f"{self.endpoint}: no answer in time"
+        return self.failure
+
+
+# -- webhooks -------------------------------------------------------------------------------
+
+
+def webhook_payload(run: dict[str, Any], holder: dict[str, Any] | None, output_tail: str | None) -> dict[str, Any]:
+    """The JSON document a webhook receives for one run outcome."""
+    return {
+        "name": run["name"],
+        "status": run["status"],
+        "exit_code": run["exit_code"],
+        "signal": run["signal"],
+        "exit_status": run["exit_status"],
+        "host": run["host"],
+        "run_id": run["run_id"],
+        "started_at": run["started_at"],
+        "ended_at": run["ended_at"],
+        "duration_s": run["duration_s"],
+        "waited_s": run["waited_s"],
+        "fencing_token": run["fencing_token"],
+        "command": run["command"],
+        "error": run["error"],
+        "note": run["note"],
+        "holder": holder,
+        "output_tail": output_tail,
+        "lockrun_version": __version__,
+    }
+
+
+def slack_text(payload: dict[str, Any]) -> dict[str, str]:
+    """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
+    icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:"}.get(
+        payload["status"], ":x:"
+    )
+    # What cron saw first (exit 124 for a timeout), then how the command itself ended.
+    how = f"exit {payload['exit_status']}" if payload.get("exit_status") is not None else payload["status"]
+    if payload["signal"] is not None:
+        how += f", command killed by signal {payload['signal']}"
+    elif payload["exit_code"] is not None and payload["exit_code"] != payload.get("exit_status"):
+        how += f", command exited {payload['exit_code']}"
+    text = f"{icon} lockrun: *{payload['name']}* {payload['status']} ({how}) on {payload['host']}"
+    if payload["duration_s"] is not None:
+        text += f" after {payload['duration_s']:.1f}s"
+    text += f", run {payload['run_id'][:8]}"
+    holder = payload.get("holder")
+    if holder:
+        text += f"; held by {holder.get('host')}:{holder.get('pid')}"
+    if payload["error"]:
+        text += f"\n{payload['error']}"
+    if payload["output_tail"]:
+        text += "\n```" + payload["output_tail"][-2000:] + "```"
+    return {"text": text}
+
+
+def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool, deadline: float) -> list[Sending]:
+    """Start delivering to every URL at once (so N endpoints cost one budget, not N)."""
+    body = json.dumps(slack_text(payload) if slack else payload).encode()
+
+    def sender(url: str) -> Callable[[], str | None]:
+        return lambda: post(url, body, "application/json", deadline)
+
+    return [Sending(redact_endpoint(url), sender(url)) for url in urls]
+
+
+# -- pings (the healthchecks.io protocol) --------------------------------------------------------
+
+
+def ping_url(base: str, event: str, run_id: str) -> str:
+    """``URL/start``, ``URL``, ``URL/<exit code>`` or ``URL/fail``, with ``?rid=RUN_ID``."""
+    parts = urlsplit(base)
+    path = parts.path.rstrip("/") + (f"/{event}" if event else "")
+    query = (parts.query + "&" if parts.query else "") + f"rid={run_id}"
+    return parts._replace(path=path, query=query).geturl()
+
+
+def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
+    """Which ping a final status sends: "" (success), an exit code, or "fail"."""
+    if status in (Status.SUCCEEDED, Status.DUPLICATE):
+        return ""
+    if status == Status.FAILED and exit_code is not None:
+        return str(exit_code)
+    if status == Status.KILLED and signal is not None:
+        return str(128 + signal)
+    return "fail"
+
+
+class StartPing:
+    """The start ping, sent beside the command so a slow endpoint never delays it; it has
+    DELIVERY_BUDGET from its start, and what is left of it at the run's end counts against the
+    end's deadline like every other delivery."""
+
+    def __init__(self, base: str, run_id: str) -> None:
+        import urllib.request  # noqa: F401 - imported here, not in the thread: see Delivery.run_ended
+
+        url = ping_url(base, "start", run_id)
+        deadline = time.monotonic() + DELIVERY_BUDGET
+        self.sending = Sending(redact_endpoint(base), lambda: post(url, b"", "text/plain", deadline),
+                               what="start ping", thread_name="lockrun-ping")
+
+    def wait(self, deadline: float) -> str | None:
+        return self.sending.result(deadline)
+
+
+def send_ping(base: str, event: str, run_id: str, body: str | None, deadline: float | None = None) -> str | None:
+    return post(ping_url(base, event, run_id), (body or "").encode("utf-8", "replace"), "text/plain; charset=utf-8",
+                deadline)
+
+
+#: What a webhook says of the holder that kept a run out: never its owner token, with which
+#: anyone could delete the lock.
+HOLDER_FIELDS_FOR_PAYLOAD = ("host", "pid", "run_id", "command", "started_at", "heartbeat_at", "ttl_remaining_s")
+
+
+class Delivery:
+    """What one run asked to tell (``--ping``, ``--notify``): the start ping beside the command,
+    then, once the lock is released, the final ping and the webhooks."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        ping_url: str | None = None,
+        ping_on_busy: bool = False,
+        notify_urls: tuple[str, ...] = (),
+        notify_on: tuple[str, ...] = (),
+        slack: bool = False,
+    ) -> None:
+        self.run_id = run_id
+        self.ping_url, self.ping_on_busy = ping_url, ping_on_busy
+        self.notify_urls, self.notify_on, self.slack = notify_urls, notify_on, slack
+        self._start_ping: StartPing | None = None
+
+    def command_started(self) -> None:
+        """The start ping (``--ping``), sent beside the command."""
+        if self.ping_url:
+            self._start_ping = StartPing(self.ping_url, self.run_id)
+
+    def run_ended(
+        self, run: dict[str, Any], holder: Holder | None = None, output_tail: str | None = None
+    ) -> str | None:
+        """The final ping and the webhooks for ``run``, the run's final row (``holder``: who kept
+        it out), all at once and within one deadline. Returns what failed, the start ping
+        included, as one line; None if nothing did."""
+        # urllib's modules are imported here, in the main thread: a thread left behind at the
+        # deadline must not hold the import lock while the interpreter exits.
+        import urllib.request  # noqa: F401
+
+        deadline = time.monotonic() + DELIVERY_BUDGET
+        status = run["status"]
+        sendings: list[Sending] = []
+        if self.notify_urls and status in self.notify_on:
+            about_holder = None
+            if holder is not None:
+                about_holder = {k: v for k, v in holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
+            payload = webhook_payload(run, about_holder, output_tail)
+            sendings += send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
+        pinging = self.ping_url and (status != Status.BUSY or self.ping_on_busy)
+        if pinging and self.ping_url:
+            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
+            event = ping_event(status, run["exit_code"], run["signal"])
+            base, start = self.ping_url, self._start_ping
+
+            def ping() -> str | None:
+                # The end ping after the start ping (healthchecks pairs them by rid, in order), but
+                # never without one full attempt of its own: a missing end ping is what alerts.
+                failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
+                failures.append(send_ping(base, event, self.run_id, body, deadline))
+                return "; ".join(failure for failure in failures if failure) or None
+
+            sendings.append(Sending(redact_endpoint(base), ping))
+        elif self._start_ping is not None:
+            sendings.append(self._start_ping.sending)
+        failures = [sending.result(deadline) for sending in sendings]
+        return "; ".join(failure for failure in failures if failure) or None

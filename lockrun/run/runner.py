@@ -1,0 +1,329 @@
+"""One ``lockrun run``, start to finish: :class:`Run` sequences the steps, each kept elsewhere.
+
+    journal       (journal.py)       the ledger row "running"
+    lease client  (lease_client.py)  acquire; or wait (BLPOP) and --replace until --wait runs out
+    supervise     (here)             the backstop (backstop.py) armed, the command exec'd
+                                     (supervisor.py), the keeper (keeper.py) renewing; the main
+                                     loop (watch.py) stops the command on a lost lease, --replace,
+                                     --timeout or a forwarded signal; it and everything it started
+                                     (strays.py) are reaped
+    outcome       (outcome.py)       exit code, ledger status and note from how the command ended
+    lease client                     release: compare-and-delete, wake a waiter, the fleet record
+    delivery      (notify.py)        the final ping and the webhooks, if asked for
+    journal                          the final row; a prune now and then; the metrics file
+
+The order matters: the ledger row exists before anything can fail quietly, the lock is
+released only after the command and everything it started are gone, and telling someone
+(which may take seconds) comes after the release, never inside the lease. Each step is
+described where it lives; README "What lockrun guarantees, and how" says why.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey, call_timeout_for
+from lockrun.backends.redis.url import environment_for_command
+from lockrun.core.clock import iso_ago, utc_now_iso
+from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
+from lockrun.core.os_text import escaped_all
+from lockrun.core.record import Status
+from lockrun.ledger.store import RunRecord
+from lockrun.run.backstop import Backstop
+from lockrun.run.journal import RunJournal
+from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.lease_client import LeaseClient
+from lockrun.run.outcome import Outcome, busy_message, command_outcome
+from lockrun.run.supervisor import Supervisor, check_runnable
+from lockrun.run.watch import watch
+
+if TYPE_CHECKING:
+    from lockrun.core.zones import Zone
+    from lockrun.run.notify import Delivery
+
+
+#: The note of a run whose release found the lock no longer its own (README "A run that lost its
+#: lock says so"); a run whose lease was already lost says that in its status or note instead.
+LOST_AT_RELEASE_NOTE = ("the lock was no longer this run's at its release (expired, evicted, stolen or cleared):"
+                        " another run may have overlapped it")
+
+
+def released_as(outcome: Outcome, released: bool | None) -> Outcome:
+    """``outcome`` as a release that answered ``released`` leaves it (None: no answer)."""
+    if released is None:
+        return outcome
+    if released:
+        return outcome._replace(lock_lost_at_release=False)
+    lost = outcome._replace(lock_lost_at_release=True)
+    return lost if outcome.lease_lost else lost.noted(LOST_AT_RELEASE_NOTE)
+
+
+class RunOptions(NamedTuple):
+    argv: list[str]
+    name: str
+    ttl: float
+    wait: float | None = 0.0  # None with --replace: the holder's TTL + --kill-after
+    timeout: float | None = None
+    kill_after: float = 10.0
+    on_lost: str = "terminate"  # or "continue"
+    busy_exit_code: int = ExitCode.BUSY
+    once_key: str | None = None  # already strftime-expanded
+    remember: float = 30 * 86400.0
+    capture_tail: int | None = None  # bytes of combined output to keep; None: stdio inherited
+    notify_urls: tuple[str, ...] = ()
+    notify_on: tuple[str, ...] = ()
+    notify_slack: bool = False
+    ping_url: str | None = None
+    ping_on_busy: bool = False
+    min_hold: float | None = None  # keep the lock taken this long after acquiring it, at least
+    replace: bool = False  # ask a busy lock's holder to stop instead of skipping
+    slots: int = 1  # up to this many holders of the name at once
+    call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
+    once_zone: Zone | None = None  # the zone of a time-derived --once key (README "One zone per name")
+    keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
+
+
+class Run:
+    def __init__(
+        self,
+        options: RunOptions,
+        *,
+        backend_factory: Callable[[float], Backend],
+        ledger_path: Path | str,
+        backend_name: str,
+        report: Report,
+        ledger_keep_days: int | None = None,
+        metrics_file: Path | None = None,
+        backend_where: str | None = None,
+        backend_from: str | None = None,
+    ) -> None:
+        self.options = options
+        self.backend_factory = backend_factory
+        self.backend_name = backend_name
+        self.backend_where = backend_where  # without credentials: it goes to the ledger and messages
+        self._error_said = False  # an error line went out: the run's one line is said
+
+        def say(level: str, message: str) -> None:
+            if level == "error":
+                self._error_said = True
+            report(level, message)
+
+        self.report: Report = say
+        self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
+        self.run_id = uuid.uuid4().hex
+        record = RunRecord(
+            run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
+            started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
+        )
+        self.journal = RunJournal(ledger_path, record, report=say, keep_days=ledger_keep_days,
+                                  metrics_file=metrics_file)
+        self.delivery: Delivery | None = None
+        if options.ping_url or options.notify_urls:
+            from lockrun.run.notify import Delivery  # only runs that asked for a delivery pay for it
+
+            self.delivery = Delivery(self.run_id, ping_url=options.ping_url, ping_on_busy=options.ping_on_busy,
+                                     notify_urls=options.notify_urls, notify_on=options.notify_on,
+                                     slack=options.notify_slack)
+
+    def execute(self) -> Outcome:
+        self.journal.open()
+        try:
+            return self._execute()
+        except BaseException as exc:
+            self.journal.finish_after_failure(exc)  # never a row left "running" by a lockrun that exits
+            raise
+
+    def _execute(self) -> Outcome:
+        try:
+            check_runnable(self.options.argv)
+        except CommandNotRunnable as exc:
+            self.report("error", str(exc))
+            outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
+        else:
+            outcome = self._run_under_lock()
+        self.journal.say_problem(command_runs=False, error_said=self._error_said)
+        self.journal.mark_ended()
+        # The lock is released by now: telling someone may take seconds, never the lease.
+        outcome = self._deliver(outcome)
+        self.journal.finish(outcome)
+        return outcome
+
+    def _run_under_lock(self) -> Outcome:
+        # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
+        env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
+               "LOCKRUN_RUN_ID": self.run_id}
+        supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail,
+                                keep_detached=self.options.keep_detached)
+        supervisor.signals.install()
+        backend = None
+        try:
+            try:
+                backend = self.backend_factory(self.call_timeout)
+                self.journal.acquire_began()  # the client is made: the wait begins
+                outcome = self._locked_run(backend, supervisor)
+            except BackendUnavailable as exc:
+                outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status=Status.UNAVAILABLE, error=str(exc))
+                self.report("error", str(exc))
+            except LockrunError as exc:
+                outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
+                self.report("error", str(exc))
+            except Exception as exc:  # noqa: BLE001 - recorded, then reported as exit 125
+                error = f"lockrun failed: {exc!r}"
+                outcome = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=error)
+                self.report("error", error)
+        finally:
+            supervisor.close()
+            if backend is not None:
+                backend.close()
+        self.journal.acquire_over()  # if it gave up, or failed
+        return outcome
+
+    def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
+        opts = self.options
+        if opts.once_zone is not None:
+            self.report("info", f"--once key {opts.once_key!r} computed in {opts.once_zone.name}"
+                                f" ({opts.once_zone.source})")
+        lease_client = LeaseClient(
+            backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
+            slots=opts.slots,
+            once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
+                         zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
+        )
+        got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,
+                                   interrupted=lambda: bool(supervisor.signals.received),
+                                   get_ready=supervisor.prepare)
+        self.journal.acquire_over()
+        if supervisor.signals.received:
+            signum = supervisor.signals.received[0]
+            error = f"interrupted by signal {signum} before the command started"
+            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
+            if isinstance(got, Lease):
+                self.journal.mark_ended()
+                outcome = self._release(lease_client, got, outcome)
+            self.report("error", error)
+            return outcome
+        if isinstance(got, Duplicate):
+            note = f"--once key {got.key!r} already succeeded"
+            self.report("info", f"{opts.name!r}: {note}; skipped")
+            return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
+        if isinstance(got, Holder):
+            note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
+            # Data lockrun did not write may never go away by itself: worth a line even without -v.
+            self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
+            return Outcome(exit_code=opts.busy_exit_code, status=Status.BUSY, note=note, holder=got)
+        lease = got
+        try:
+            outcome = self._supervise(backend, supervisor, lease)
+        except BaseException as exc:
+            self.journal.mark_ended()
+            failed = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=f"lockrun failed: {exc!r}",
+                             fencing_token=lease.fencing_token)
+            lease_client.release(lease, record=FleetRecord(self.journal.row(failed)))
+            raise
+        self.journal.mark_ended()
+        hold_s = 0.0
+        if opts.min_hold and not outcome.lease_lost:
+            hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
+        hold_until = iso_ago(-hold_s) if hold_s else ""
+        if hold_s:
+            outcome = outcome.noted(f"--min-hold keeps the lock taken until {hold_until}")
+        return self._release(lease_client, lease, outcome, succeeded=outcome.status == Status.SUCCEEDED,
+                             hold_s=hold_s, hold_until=hold_until)
+
+    def _release(self, lease_client: LeaseClient, lease: Lease, outcome: Outcome, *, succeeded: bool = False,
+                 hold_s: float = 0.0, hold_until: str = "") -> Outcome:
+        """Give the lock back, recording the run's end; the outcome as the release found the lock.
+
+        Only the release script knows whether the lock was still this run's, so the fleet record
+        gets both rows and keeps the true one; the ledger row follows the answer. A lock that was
+        no longer ours (expired, evicted, stolen, cleared) means another run may have overlapped
+        this one: one line says so, unless the run already said its lease was lost.
+        """
+        kept, lost = released_as(outcome, True), released_as(outcome, False)
+        record = FleetRecord(self.journal.row(kept), outcome.output_tail, if_lost=self.journal.row(lost))
+        released = lease_client.release(lease, lost=outcome.lease_lost, succeeded=succeeded, hold_s=hold_s,
+                                        hold_until=hold_until, record=record)
+        if released is False and not outcome.lease_lost:  # a lost lease was said when it was lost
+            self.report("warn", f"lock {lease.name!r} was no longer this run's when it released it (it expired, was"
+                                " evicted, stolen or cleared): another run may have overlapped this one; its ledger"
+                                " row says lock_lost_at_release")
+        return released_as(outcome, released)
+
+    def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
+        """Run the command under the lease: from the exec to the reaping of all it started."""
+        opts = self.options
+        self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+        # Armed before the exec: from its first instant the command cannot outlive the lease,
+        # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
+        backstop = Backstop() if opts.on_lost == "terminate" else None
+        if backstop is not None:
+            backstop.arm(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+            if backstop.error:
+                # Run without it rather than not at all (a sandbox may forbid POSIX timers), but say so.
+                self.report("warn", f"no backstop timer ({backstop.error}): if lockrun is stopped or starved, "
+                                    "its command may outlive the lease")
+        self.journal.say_problem(command_runs=True)
+        try:
+            started_mono, started_wall = time.monotonic(), utc_now_iso()
+            child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
+        except CommandNotRunnable as exc:
+            if backstop is not None:
+                backstop.disarm()
+            self.report("error", str(exc))
+            return Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc),
+                           fencing_token=lease.fencing_token)
+        keeper = None
+        try:
+            # From here on the command runs: whatever fails, it is stopped before the lock goes.
+            self.journal.command_started(started_wall, started_mono, lease.fencing_token)
+            if self.delivery is not None:
+                self.delivery.command_started()
+            keeper = Keeper(
+                backend,
+                lease,
+                stop_grace=opts.kill_after,
+                call_timeout=self.call_timeout,
+                wake=supervisor.signals.wake,
+                child_pid=lambda: child_pid,
+                on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
+            )
+            keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
+            stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
+                         kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report)
+        finally:
+            # Also on an unexpected error: all it started is gone before the lock is released.
+            if backstop is not None:
+                backstop.disarm()  # the command is gone or going: what follows may outlast the lease
+            child = supervisor.finish()
+            self.journal.command_ended()
+            if keeper is not None:
+                keeper.stop()
+        outcome = command_outcome(
+            child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
+            kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
+            output_tail=supervisor.tail.text() if supervisor.tail else None, strays_note=supervisor.strays_note(),
+        )
+        if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
+            outcome = outcome.noted("; ".join(supervisor.tail.lost))
+        return outcome
+
+    def _deliver(self, outcome: Outcome) -> Outcome:
+        """Final ping and webhooks; a failed delivery is a warning and a note on the row."""
+        if self.delivery is None:
+            return outcome
+        failed = self.delivery.run_ended(self.journal.row(outcome), outcome.holder, outcome.output_tail)
+        if failed is None:
+            return outcome
+        self.report("warn", f"could not deliver notifications: {failed}")
+        return outcome.noted(f"notification failed: {failed}")
+
+    def _backend_label(self) -> str:
+        """``redis redis://host:6379/0`` or ``local backend, this host only``: no credentials."""
+        if self.backend_name == "local":
+            return "local backend, this host only"
+        return f"redis {self.backend_where}" if self.backend_where else "redis"

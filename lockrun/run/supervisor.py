@@ -1,0 +1,510 @@
+"""The supervisor: spawn the command in its own process group and keep it on a leash.
+
+- The command gets its own process group, so every signal reaches the whole job
+  (a ``sh -c`` wrapper and what it started), not only the direct child.
+- ``PR_SET_PDEATHSIG(SIGKILL)`` kills the direct child the moment lockrun dies,
+  even by SIGKILL. The death signal follows the *thread* that forked, so the
+  command is spawned from the main thread, before the keeper thread exists (and a
+  fork with other threads running is unsafe besides).
+- The launcher is forked ahead of time (:meth:`Supervisor.prepare`, while a waiter
+  waits): a hand-over then costs the acquire round trip and an exec, not a fork.
+- A watchdog (watchdog.py) kills the command's whole group if lockrun dies: that
+  covers grandchildren too.
+- The signal relay (signals.py) forwards SIGTERM, SIGINT and SIGHUP sent to lockrun
+  to the group, and wakes the main loop through one self-pipe.
+- With ``--capture-tail`` the output goes through pipes and a pump (capture.py).
+- lockrun is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process the command
+  started and left (``setsid``, a double fork, ``nohup ... &``) is re-parented to lockrun,
+  not to init, so it stays within reach (strays.py). Where lockrun may, the command also
+  runs in a cgroup of its own (cgroup.py), which the watchdog kills whole if lockrun dies.
+- Orphans re-parented to lockrun are reaped as they exit (also as PID 1 of a container),
+  never the command itself: its exit status is the run's.
+- Stopping: SIGTERM, then SIGKILL at a deadline that can only come closer, for the group and
+  for every descendant that left it; when the command exits, whatever it left behind gets the
+  same schedule (the main loop, watch.py, runs it) and is reaped before the lock is released.
+- ``--keep-detached`` turns the subreaper and the cgroup off: what leaves the command's
+  group lives on, and only the group is killed when the command exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
+
+from lockrun.core.errors import CommandNotRunnable, ExitCode
+from lockrun.core.printable import printable
+from lockrun.run import descendants
+from lockrun.run.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
+from lockrun.run.watchdog import Watchdog
+
+if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER
+    from lockrun.run.capture import OutputTail, Pump
+    from lockrun.run.cgroup import Adopter, RunCgroup
+    from lockrun.run.strays import Strays
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+#: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
+FINAL_SWEEP_S = 0.01
+#: How long a command runs before it gets a cgroup of its own (cgroup.py): one that ends sooner
+#: (most of a busy crontab's) never pays for the cgroup or the grace period a move waits for.
+ADOPT_AFTER = 0.01
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        return None
+
+
+def check_runnable(argv: list[str]) -> None:
+    """Fail early, before taking the lock, for a command that cannot be executed."""
+    if shutil.which(argv[0]):
+        return
+    program = printable(argv[0])  # named in one line: a newline or an escape in it is shown escaped
+    if "/" in argv[0]:
+        if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
+            raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
+        raise CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", argv[0])
+        if os.path.isfile(candidate):
+            raise CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
+    raise CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
+
+
+def _spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
+    program = printable(program)
+    if isinstance(exc, FileNotFoundError):
+        return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+    return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)
+
+
+class ChildExit(NamedTuple):
+    returncode: int | None  # the command's exit code, None when a signal ended it
+    signal: int | None
+
+    @property
+    def shell_code(self) -> int:
+        """The code a shell would report: the exit code, or 128+N for signal N."""
+        if self.signal is not None:
+            return ExitCode.SIGNAL_BASE + self.signal
+        return self.returncode or 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor from 3 up except ``keep``."""
+    start = 3
+    for fd in sorted(keep):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
+
+
+def _launcher(
+    argv: list[str], program: str | None, base_env: dict[str, str], ctl_r: int, err_w: int,
+    prctl: Callable[..., int] | None, parent: int, tty_fd: int | None, output_fds: tuple[int | None, int | None] | None,
+) -> NoReturn:
+    """The command's process between fork and exec. Never returns.
+
+    Only fd 0-2, the control pipe and the error pipe stay open (with
+    ``output_fds``, stdout and stderr become those pipes); the signal
+    dispositions lockrun changed are reset, as subprocess does.
+    """
+    try:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # lockrun died before the death signal was armed
+                os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
+        signal.set_wakeup_fd(-1)
+        for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        if output_fds is not None:
+            for target, fd in ((1, output_fds[0]), (2, output_fds[1])):
+                if fd is not None:
+                    os.dup2(fd, target)
+        _close_all_but({ctl_r, err_w})
+        message = _read_all(ctl_r)
+        if not message:
+            os._exit(0)  # lockrun decided not to run the command
+        env = {**base_env, **json.loads(message)}
+        if tty_fd is not None:
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(tty_fd, os.getpid())  # SIGTTOU is still ignored here, as in lockrun
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+        if program:
+            os.execve(program, argv, env)
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        _write_all(err_w, f"{exc.errno or 0}:".encode())
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        _write_all(err_w, b"0:")
+    os._exit(ExitCode.NOT_FOUND)
+
+
+class Supervisor:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
+        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False,
+    ) -> None:
+        self.argv = argv
+        self.keep_detached = keep_detached  # what leaves the command's group is left alone
+        self._clock = clock  # the monotonic clock of the kill schedule; a parameter for the unit tests
+        self.env = env
+        self.signals = SignalRelay()
+        self.watchdog = Watchdog()
+        self.tail: OutputTail | None = None
+        if capture_tail:
+            from lockrun.run.capture import OutputTail  # only runs with --capture-tail pay for it
+
+            self.tail = OutputTail(capture_tail)
+        self._output_routes: list[tuple[int, int]] | None = None  # (pipe read end, lockrun's fd)
+        self._pump: Pump | None = None
+        self.pid: int | None = None  # the command's process (forked by prepare, exec'd by spawn)
+        self.pgid: int | None = None
+        self.launched = False
+        self._ctl_w: int | None = None
+        self._err_r: int | None = None
+        self._tty_candidate: int | None = None
+        self._program: str | None = None
+        self.kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
+        self.terminated = False
+        self.killed = False
+        self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
+        self._tty_fd: int | None = None
+        # Whether lockrun sees what leaves the command's group: not under --keep-detached, without a
+        # subreaper or with a /proc of another PID namespace; then only the group is killed.
+        self.tracks_descendants = False
+        self._strays: Strays | None = None  # what the command left behind or that left its group, once there is any
+        self._subreaper = False
+        self._reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
+        self.orphans_reaped = 0
+        self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
+        self.adopt_at: float | None = None  # when the command gets its cgroup (the main loop starts it)
+        self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
+        self._untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
+
+    # -- spawning ---------------------------------------------------------------------
+
+    def _foreground_tty(self) -> int | None:
+        """stdin's terminal if lockrun runs in its foreground group, else None."""
+        try:
+            if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+                return 0
+        except OSError:
+            pass
+        return None
+
+    def prepare(self) -> None:
+        """Fork the command's process and start the watchdog ahead of the exec; idempotent.
+
+        The launcher is a fork of lockrun, already in its own process group with
+        the death signal armed, blocked on a pipe until :meth:`spawn` sends it the
+        environment to exec with. Waiters prepare while they wait, so a hand-over
+        costs the acquire round trip and an exec, not a fork. Must run in the main
+        thread before any other thread starts (the death signal follows the forking
+        thread, and a fork with threads running is unsafe).
+        """
+        if self.pid is not None:
+            return
+        if self._prctl is None:
+            self._prctl = _load_prctl() or False
+        if self._prctl and not self.keep_detached:
+            # Before the fork: orphans of the command come back to lockrun, not to init.
+            self._subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            if not self._subreaper:
+                self._untracked = "PR_SET_CHILD_SUBREAPER was refused"
+        self._reaps_orphans = self._subreaper or os.getpid() == 1  # as PID 1, every orphan is ours
+        self.watchdog.start()
+        prctl = self._prctl or None
+        parent = os.getpid()
+        tty_fd = self._foreground_tty()
+        # Resolved now, so the exec is one execve and not a walk along PATH.
+        self._program = shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath))
+        ctl_r, ctl_w = os.pipe()
+        err_r, err_w = os.pipe()
+        output_fds = None
+        if self.tail is not None:
+            from lockrun.run.capture import output_pipes
+
+            self._output_routes, output_fds = output_pipes()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the launcher process; it never returns
+            _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
+        os.close(ctl_r)
+        os.close(err_w)
+        for fd in {fd for fd in output_fds or () if fd is not None}:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
+        self.pid = self.pgid = pid
+        self.signals.forward_to(pid)
+        self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
+        self.watchdog.arm(pid)
+        if self._subreaper and descendants.proc_usable():
+            self.tracks_descendants = True
+        elif self._subreaper:
+            self._untracked = "/proc shows another PID namespace than lockrun's (unshare --pid without --mount-proc?)"
+
+    def spawn(self, extra_env: dict[str, str] | None = None) -> int:
+        """Exec the command in the prepared process, its environment being ``env`` plus
+        ``extra_env`` (what is only known once the lock is held); raise CommandNotRunnable
+        if it cannot be executed."""
+        self.prepare()
+        assert self.pid is not None and self.pgid is not None and self._ctl_w is not None and self._err_r is not None
+        message = json.dumps(extra_env or {}).encode()
+        with contextlib.suppress(OSError):  # the launcher died: the error pipe below says so
+            _write_all(self._ctl_w, message)
+        os.close(self._ctl_w)
+        self._ctl_w = None
+        if self._tty_candidate is not None:
+            try:
+                os.tcsetpgrp(self._tty_candidate, self.pgid)
+                self._tty_fd = self._tty_candidate
+            except OSError:
+                pass
+        report = _read_all(self._err_r)  # EOF at a successful exec (the pipe is close-on-exec)
+        os.close(self._err_r)
+        self._err_r = None
+        if report:
+            self._reap_unlaunched()
+            self.watchdog.disarm()
+            code = int(report.split(b":")[0] or 0)
+            raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+        self.launched = True
+        if self.tracks_descendants:
+            self.adopt_at = self._clock() + ADOPT_AFTER
+        if self._output_routes is not None and self.tail is not None:
+            from lockrun.run.capture import Pump
+
+            self._pump = Pump(self._output_routes, self.tail)
+            self._output_routes = None  # the pump owns (and closes) the read ends now
+        # A signal that arrived before the command existed is forwarded now.
+        for signum in self.signals.received:
+            signal_group(self.pgid, signum)
+        return self.pid
+
+    def _reap_unlaunched(self) -> None:
+        """Let a prepared launcher go without running anything (busy, interrupted, failed)."""
+        if self.pid is None or self.launched:
+            return
+        for fd in (self._ctl_w, self._err_r, *(source for source, _ in self._output_routes or ())):
+            if fd is not None:
+                os.close(fd)
+        self._ctl_w = self._err_r = self._output_routes = None
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.pid = self.pgid = None
+        self.tracks_descendants = False
+        self.signals.forward_to(None)
+        self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        if self._adopter is not None:
+            self._adopter.close()
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def _signal_group(self, signum: int) -> None:
+        # Once the leader is reaped the group id may be reused: its members are reached one by one.
+        if self.pgid is not None and self._command_exit is None:
+            signal_group(self.pgid, signum)
+
+    def _skip(self) -> tuple[int | None, ...]:
+        return (self.watchdog.pid,)  # lockrun's child, not the command's
+
+    def _cgroup(self) -> RunCgroup | None:
+        return self._adopter.cgroup if self._adopter is not None else None
+
+    def _the_strays(self) -> Strays:
+        if self._strays is None:
+            from lockrun.run.strays import Strays
+
+            self._strays = Strays(os.getpid(), skip=self._skip, cgroup=self._cgroup)
+        return self._strays
+
+    def adopt_if_due(self) -> None:
+        """Give the command a cgroup of its own once it has run for ADOPT_AFTER (cgroup.py), in a
+        thread: called by the main loop, which wakes up for it."""
+        if self.adopt_at is None or self._clock() < self.adopt_at:
+            return
+        self.adopt_at = None
+        if self.pid is None or self._command_exit is not None:
+            return
+        from lockrun.run.cgroup import Adopter
+
+        self._adopter = Adopter(os.getpid(), self.pid, skip=self._skip, on_created=self.watchdog.arm_cgroup)
+        self._adopter.start()
+
+    def terminate_strays(self) -> None:
+        """SIGTERM the descendants that have not had it: while the command runs, those that left
+        its group (the group gets its own signal); once it has exited, all of them."""
+        if self.tracks_descendants:
+            self._the_strays().terminate(outside_pgid=self.pgid if self._command_exit is None else None)
+
+    def terminate(self, kill_at: float) -> None:
+        """SIGTERM the group (and what left it) now and SIGKILL it at ``kill_at`` (monotonic) if still there.
+
+        A second call can only bring the SIGKILL closer, never push it back.
+        """
+        if not self.terminated:
+            self.terminated = True
+            self._signal_group(signal.SIGTERM)
+            self.terminate_strays()
+        if self.killed:
+            return
+        self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+        self.kill_if_due()
+
+    def kill_later(self, at: float) -> None:
+        """SIGKILL the group at ``at`` (monotonic) unless it is gone: the grace after a signal that
+        was forwarded to it. Like :meth:`terminate`, it can only bring the SIGKILL closer."""
+        if not self.killed:
+            self.kill_at = at if self.kill_at is None else min(self.kill_at, at)
+
+    def kill_if_due(self) -> None:
+        if self.kill_at is not None and self._clock() >= self.kill_at:
+            self._signal_group(signal.SIGKILL)
+            if self.tracks_descendants:
+                self._the_strays().kill()
+            self.killed = True
+            self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
+
+    # -- what the command leaves behind -------------------------------------------------
+
+    def reap_orphans(self) -> None:
+        """Reap lockrun's children that have exited, except the command (its exit status is the
+        run's, taken by :meth:`command_exited` or :meth:`finish`): orphans re-parented to lockrun,
+        the subreaper or PID 1, would otherwise pile up as zombies while the command runs."""
+        if not self._reaps_orphans:
+            return
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if info.si_pid == self.pid and self._command_exit is None:
+                return  # the command: left for its own reaping, whatever else is waiting behind it
+            if info.si_pid == self.watchdog.pid:
+                self.watchdog.reap()  # somebody killed it: reaped through its Popen
+                continue
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+            self.orphans_reaped += 1
+
+    def command_exited(self) -> int:
+        """The command has exited: reap it, and SIGTERM (or, past the kill, SIGKILL) whatever it
+        left behind, in its group or not. Returns how many processes are left to wait for."""
+        assert self.pid is not None and self.tracks_descendants
+        self._command_exit = self._reap_command()
+        if self._strays is not None:
+            left = self._strays.alive()
+        else:  # the usual case, nothing was ever found: one walk, and nothing more to import
+            left = [p for p in descendants.snapshot(os.getpid(), self._skip()) if p.state != "Z"]
+        if left:
+            strays = self._the_strays()
+            strays.record(left)
+            if self.killed:
+                strays.kill()
+            else:
+                self.terminate_strays()
+        return len(left)
+
+    def strays_gone(self) -> bool:
+        """True once nothing the command started is left (lockrun's own zombies reaped first)."""
+        if not self.tracks_descendants:
+            return True
+        self.reap_orphans()
+        if self._strays is None:
+            cgroup = self._cgroup()
+            return descendants.none_left(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
+        if self.killed:
+            self._strays.kill()  # anything forked while the last sweep went out
+        return self._strays.gone()
+
+    def strays_note(self) -> str | None:
+        """The ledger note about what the command left behind, if it left anything (or why lockrun
+        could not look: then only the command's process group was stopped)."""
+        if self._strays is not None:
+            return self._strays.note()
+        if self._untracked and self.launched:
+            return f"only the command's process group was stopped: {self._untracked}"
+        return None
+
+    def _reap_command(self) -> ChildExit:
+        assert self.pid is not None
+        if self._adopter is not None:
+            self._adopter.stop()  # once reaped, the command's pid may be reused: no more moves
+        _, status = os.waitpid(self.pid, 0)
+        # ... and its group id too, once the group is empty: signals to lockrun no longer go there.
+        self.signals.forward_to(None)
+        code = os.waitstatus_to_exitcode(status)
+        return ChildExit(returncode=code, signal=None) if code >= 0 else ChildExit(returncode=None, signal=-code)
+
+    def child_exit_pending(self) -> bool:
+        """True once the direct child has exited (it stays a zombie until :meth:`finish`)."""
+        if self.pid is None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None and info.si_pid != 0
+
+    def finish(self) -> ChildExit:
+        """Stop what is left of the group and of the command's descendants, reap them and the
+        child, give the terminal back. After the main loop's drain nothing is left; after an
+        error anything left is SIGKILLed here, and waited for, before the lock can be released."""
+        assert self.pid is not None
+        if self._command_exit is None:
+            # The leader is still a zombie here, so the group id cannot have been reused:
+            # anything left in the group would run on after the lock is released.
+            self._signal_group(signal.SIGKILL)
+            self._command_exit = self._reap_command()
+        if self.tracks_descendants:
+            while not self.strays_gone():
+                self._the_strays().kill()
+                time.sleep(FINAL_SWEEP_S)
+        self._remove_cgroup()
+        if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
+            self._pump.drain()
+        if self._tty_fd is not None:
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(self._tty_fd, os.getpgrp())
+        self.watchdog.disarm()
+        return self._command_exit
+
+    def close(self) -> None:
+        self._reap_unlaunched()
+        self._remove_cgroup()
+        self.watchdog.disarm()
+        self.signals.close()

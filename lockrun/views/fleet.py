@@ -1,0 +1,284 @@
+"""Every host's runs, read back from the fleet record (README "One fleet, one memory").
+
+The acquire script appends a ``start`` event to a name's ``runs`` stream and the release
+script an ``end`` event carrying the run's final row; ``last`` holds the newest finished
+run and ``counts`` the outcomes by status. This module turns those into the rows that
+``history --json`` prints, newest first by the Redis server's clock (one clock for the
+whole fleet), and into the facts ``metrics --fleet`` and ``status`` show.
+
+A ``start`` without an ``end`` is a run in progress while its holder still holds the
+lock, and ``abandoned`` once it does not (its lockrun died without releasing).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from lockrun.backends import FleetEvent, FleetSource, Holder, PageRequest
+from lockrun.core.clock import parse_iso
+from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, parse_int, row_from_fields
+from lockrun.ledger.metrics import JobFacts
+
+FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
+MAX_PAGE = 512
+_STATUS_NAME = re.compile(r"[a-z_]{1,32}")
+
+
+class FleetReadError(Exception):
+    """The fleet record cannot answer as asked (e.g. a run id prefix that matches several runs)."""
+
+
+#: The fleet record's storage: what it answers, raw (backends/redis_fleet.py).
+Source = FleetSource
+#: Who holds the named locks now (``Backend.holders``): a start without an end is still running
+#: while its run holds the lock.
+HoldersOf = Callable[[list[str]], list[Holder]]
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _decoded(fields: Mapping[object, object] | None) -> dict[str, object]:
+    return {_text(key): value for key, value in (fields or {}).items()}
+
+
+def id_ms(entry_id: str) -> int:
+    """The server time, in ms, at which a stream entry was added."""
+    head = entry_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _iso_ms(iso: str | None) -> int | None:
+    moment = parse_iso(iso)
+    return int(moment.timestamp() * 1000) if moment else None
+
+
+class Entry(NamedTuple):
+    key: int  # ms on the server's clock at which the run started: the merge order
+    row: Row
+    open_at: str | None = None  # the start event's ID while no end event was seen
+
+
+class StreamRows:
+    """One name's runs, newest first, paired from its events read backwards page by page.
+
+    Reading backwards, a run's ``end`` comes before its ``start``; the pair is complete at
+    the start, which gives the run its place in the order. Ends whose start is not in the
+    window (before ``--since``, or trimmed by MAXLEN) are placed by their own started_at
+    once the stream is read to its oldest event.
+    """
+
+    def __init__(self, name: str, since_ms: int | None) -> None:
+        self.name = name
+        self.since_ms = since_ms
+        self.before = "+"
+        self.oldest = str(since_ms) if since_ms is not None else "-"
+        self.page = FIRST_PAGE
+        self.exhausted = False
+        self._pending_ends: dict[str, dict[str, object]] = {}
+        self._ready: deque[Entry] = deque()
+        self._last_key: int | None = None  # the key of the last row made ready: keys never go up
+
+    def request(self) -> PageRequest:
+        return PageRequest(self.name, self.before, self.oldest, self.page)
+
+    def feed(self, events: list[FleetEvent]) -> None:
+        if len(events) < self.page:
+            self.exhausted = True
+        for entry_id, raw in events:
+            fields = _decoded(raw)
+            kind = _text(fields.get("event", ""))
+            run_id = _text(fields.get("run_id", ""))
+            if not run_id:
+                continue  # not an event lockrun wrote
+            if kind == "end":
+                self._pending_ends.setdefault(run_id, fields)  # reading backwards: the newest end
+            elif kind == "start":
+                self._last_key = self._bounded(id_ms(entry_id))
+                end = self._pending_ends.pop(run_id, None)
+                if end is not None:
+                    self._ready.append(Entry(self._last_key, row_from_fields(self.name, end)))
+                else:
+                    row = row_from_fields(self.name, fields)
+                    row["status"] = Status.RUNNING  # for now: Judge decides
+                    self._ready.append(Entry(self._last_key, row, open_at=entry_id))
+        if events:
+            self.before = "(" + events[-1][0]
+        self.page = min(self.page * 2, MAX_PAGE)
+        if self.exhausted:
+            self._flush_lone_ends()
+
+    def _flush_lone_ends(self) -> None:
+        lone = []
+        for fields in self._pending_ends.values():
+            row = row_from_fields(self.name, fields)
+            started = _iso_ms(row["started_at"])
+            if self.since_ms is not None and (started is None or started < self.since_ms):
+                continue
+            lone.append((started or 0, row))
+        for started, row in sorted(lone, key=lambda item: -item[0]):
+            self._last_key = self._bounded(started)
+            self._ready.append(Entry(self._last_key, row))
+        self._pending_ends.clear()
+
+    def _bounded(self, key: int) -> int:
+        return key if self._last_key is None else min(self._last_key, key)
+
+    def take(self) -> Entry | None:
+        return self._ready.popleft() if self._ready else None
+
+    @property
+    def needs_more(self) -> bool:
+        return not self._ready and not self.exhausted
+
+
+class Judge:
+    """Settles runs whose start has no end: running while its holder holds the lock, else abandoned.
+
+    The holders of a name are read once, before any later event of it is looked for, so a
+    run that releases in between is seen either as a holder or by its end event.
+    """
+
+    def __init__(self, source: Source, holders_of: HoldersOf) -> None:
+        self._source = source
+        self._holders_of = holders_of
+        self._holding: dict[str, set[str]] = {}
+
+    def settle(self, entry: Entry) -> Row:
+        if entry.open_at is None:
+            return entry.row
+        name, run_id = entry.row["name"], entry.row["run_id"]
+        if name not in self._holding:
+            self._holding[name] = {h.run_id for h in self._holders_of([name]) if h.run_id}
+        for _, raw in self._source.after(name, entry.open_at):
+            fields = _decoded(raw)
+            if _text(fields.get("event", "")) == "end" and _text(fields.get("run_id", "")) == run_id:
+                return row_from_fields(name, fields)
+        return {**entry.row, "status": Status.RUNNING if run_id in self._holding[name] else Status.ABANDONED}
+
+
+def history(
+    source: Source,
+    holders_of: HoldersOf,
+    name: str | None = None,
+    *,
+    host: str | None = None,
+    limit: int = 20,
+    status: str | None = None,
+    since_ms: int | None = None,
+) -> list[Row]:
+    """Every host's runs of ``name`` (or of every name), newest first, as ``history --json`` rows.
+
+    A k-way merge over the names' streams, read backwards in pages that start small (most
+    names contribute a row or two to a page of history) and double as a name keeps
+    contributing, so the newest rows of a thousand names cost one pipelined read of a few
+    events each, not a thousand histories.
+    """
+    names = [name] if name is not None else source.names(("runs",))
+    judge = Judge(source, holders_of)
+    heap: list[tuple[int, int, Entry, StreamRows]] = []
+    order = itertools.count()
+    rows: list[Row] = []
+
+    def advance(streams: list[StreamRows]) -> None:
+        """Read pages (one pipeline per round) until each stream has a row ready or is done."""
+        while streams:
+            for stream, events in zip(streams, source.pages([s.request() for s in streams]), strict=True):
+                stream.feed(events)
+            for stream in streams:
+                entry = stream.take() if not stream.needs_more else None
+                if entry is not None:
+                    heapq.heappush(heap, (-entry.key, next(order), entry, stream))
+            streams = [s for s in streams if s.needs_more]
+
+    advance([StreamRows(n, since_ms) for n in names])
+    while heap and len(rows) < limit:
+        _, _, entry, stream = heapq.heappop(heap)
+        following = stream.take()
+        if following is not None:
+            heapq.heappush(heap, (-following.key, next(order), following, stream))
+        elif not stream.exhausted:
+            advance([stream])
+        if host is not None and entry.row["host"] != host:
+            continue
+        row = judge.settle(entry)
+        if status is None or row["status"] == status:
+            rows.append(row)
+    return rows
+
+
+def find_run(
+    source: Source, holders_of: HoldersOf, run_id_prefix: str
+) -> tuple[Row, str | None, list[dict[str, object]]] | None:
+    """The run whose id starts with ``run_id_prefix``: its row, its output tail if ``last``
+    still holds it, and its events (oldest first). Raises FleetReadError for an ambiguous prefix."""
+    matches = source.find_run(source.names(("runs",)), run_id_prefix)
+    runs = {(name, _text(_decoded(fields).get("run_id", ""))) for name, events, _ in matches for _, fields in events}
+    if not runs:
+        return None
+    if len(runs) > 1:
+        raise FleetReadError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
+    name, events, last = matches[0]
+    events = sorted(events, key=lambda event: tuple(int(part) if part.isdigit() else 0 for part in event[0].split("-")))
+    end = next((fields for _, fields in reversed(events) if _text(_decoded(fields).get("event", "")) == "end"), None)
+    start = next(((entry_id, fields) for entry_id, fields in events
+                  if _text(_decoded(fields).get("event", "")) == "start"), None)
+    if end is not None:
+        row = row_from_fields(name, _decoded(end))
+    elif start is not None:
+        opened = row_from_fields(name, _decoded(start[1]))
+        row = Judge(source, holders_of).settle(Entry(id_ms(start[0]), {**opened, "status": Status.RUNNING}, start[0]))
+    else:
+        return None
+    last_fields = _decoded(last)
+    tail = _text(last_fields["output_tail"]) if "output_tail" in last_fields else None
+    if tail is not None and _text(last_fields.get("run_id", "")) != row["run_id"]:
+        tail = None
+    listed = [{"event": _text(_decoded(fields).get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)}
+              for entry_id, fields in events]
+    return row, tail, listed
+
+
+def last_runs(source: Source, names: list[str]) -> dict[str, Row]:
+    """The newest finished run of each name that the fleet record knows."""
+    found = {}
+    for name, (row, _) in source.lasts(names).items():
+        fields = fields_from_json(row)
+        if fields.get("run_id") is not None:
+            found[name] = row_from_fields(name, fields)
+    return found
+
+
+def facts(source: Source) -> list[JobFacts]:
+    """Every name's newest run, last success and outcome counts, fleet-wide."""
+    names = source.names(("last", "counts"))
+    lasts = source.lasts(names)
+    counted = source.counts(names)
+    found = []
+    for name in names:
+        row, success_at = lasts.get(name, (None, None))
+        last_fields = fields_from_json(row)
+        success = _text(success_at) if success_at is not None else None
+        counts, flags = {}, {}
+        for status, value in _decoded(counted.get(name, {})).items():
+            number = parse_int(value)
+            if number is None or number < 0:
+                continue
+            if _STATUS_NAME.fullmatch(status):
+                counts[status] = number
+            elif status == LOST_AT_RELEASE_COUNT:  # not a status: how many releases found the lock lost
+                flags["lock_lost_at_release"] = number
+        found.append(JobFacts(
+            name=name,
+            last=row_from_fields(name, last_fields) if last_fields.get("run_id") is not None else None,
+            last_success_at=success if parse_iso(success) else None,
+            counts=counts,
+            flags=flags,
+        ))
+    return found

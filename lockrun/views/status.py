@@ -1,0 +1,221 @@
+"""What ``lockrun status`` knows about each lock: the holder, its liveness, the last run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypedDict
+
+from lockrun.backends import Backend, Holder
+from lockrun.core.errors import BackendUnavailable, LedgerError
+from lockrun.core.record import Status
+from lockrun.ledger.store import Ledger
+from lockrun.system import host
+from lockrun.views import fleet
+
+
+class LockEntry(TypedDict):
+    """One lock (one holder of it, under --slots) as ``status --json`` lists it (README, "Operating it")."""
+
+    name: str
+    state: str  # free, held, zombie, cooling, malformed; unknown when the backend could not be asked
+    token: str | None
+    run_id: str | None
+    host: str | None
+    pid: int | None
+    child_pid: int | None
+    command: Sequence[str] | None
+    started_at: str | None
+    heartbeat_at: str | None
+    heartbeat_age_s: float | None
+    ttl_remaining_s: float | None
+    problem: str | None
+    last_run: dict[str, Any] | None  # the newest finished run, as history --json shows it
+
+
+#: Holder fields that say where its process ran: an unusable value in any of them means the
+#: record cannot say, and nothing is concluded from its pid or boot.
+IDENTITY_FIELDS = frozenset({"host", "boot_id", "machine_id", "pid_ns"})
+
+
+def renewal_margin(ttl: float) -> float:
+    """How late a renewal may be before it counts as missed."""
+    return max(0.5, 0.1 * ttl)
+
+
+def zombie_reason(holder: Holder) -> str | None:
+    """Why a holder is certainly dead, or has missed two renewals and a margin; None if it looks alive.
+
+    When in doubt the answer is None: a live lock cleared by mistake is a double run.
+    """
+    return proven_dead_reason(holder) or stale_heartbeat_reason(holder)
+
+
+def proven_dead_reason(holder: Holder) -> str | None:
+    """Why a holder is certainly dead (nothing runs under it); None when nothing proves it.
+
+    Only what the kernel or the server vouches for counts: a kernel lock (the local backend) has
+    a live holder; a pid is evidence only where it means the same process to us (this machine,
+    this boot, this PID namespace); a heartbeat's age is measured on the clock that stamped it
+    (the Redis server's), and counts only with a machine id that says the holder ran here in an
+    earlier boot. When in doubt the answer is None: a live lock cleared by mistake is a double run.
+    """
+    if holder.foreign:
+        return f"no lockrun run can hold it ({holder.problem})"
+    if holder.kernel_held:
+        return None  # the kernel says a process holds it, whatever its namespace: alive
+    age = holder.heartbeat_age_s
+    ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
+    # Most holders name another machine: nothing of theirs but the heartbeat can be judged here.
+    legacy_here = holder.pid_ns is None and not holder.machine_id and holder.host == host.hostname()
+    if (holder.machine_id or "") == host.machine_id() or legacy_here:
+        # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
+        origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "",
+                             machine_id=holder.machine_id or "", pid_ns=holder.pid_ns, pid=holder.pid,
+                             pid_start=holder.pid_start, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
+        if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
+                and age > ttl / 3 + renewal_margin(ttl)):
+            # Its machine id is ours, its boot is not, and it fell silent before this boot began
+            # (ages by the server's clock, uptime by our kernel's) and missed a renewal: so a live
+            # clone that copied /etc/machine-id is not mistaken for our own past.
+            return (f"its lockrun ran on this machine in an earlier boot (boot id {origin.boot_id[:8]}…);"
+                    f" its last heartbeat was {age:.1f}s ago, before this boot")
+        if origin.process_gone():
+            if origin.pid_is_ours():
+                return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
+            return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
+    return None
+
+
+def stale_heartbeat_reason(holder: Holder) -> str | None:
+    """Why a holder looks dead by its heartbeat alone (two renewals and a margin missed, by the
+    server's clock), or None. That proves nothing: a holder cut off from Redis goes on until its
+    own deadline, which is why ``unlock`` clears such a holder only with --force."""
+    if holder.foreign or holder.kernel_held:
+        return None
+    age = holder.heartbeat_age_s
+    ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
+    if age is None or ttl is None:
+        return None
+    if age > 2 * ttl / 3 + renewal_margin(ttl):
+        return (f"its last heartbeat was {age:.1f}s ago by the server's clock"
+                f" (renewals are due every {ttl / 3:.1f}s)")
+    return None
+
+
+def lock_state(holder: Holder) -> str:
+    """``malformed`` (data lockrun did not write), ``cooling``, ``zombie`` or ``held``."""
+    if holder.problem:
+        return "malformed"
+    if holder.cooling_until:
+        return "cooling"  # the run is over; --min-hold keeps the lock taken a while longer
+    return "zombie" if zombie_reason(holder) else "held"
+
+
+def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None) -> LockEntry:
+    """One lock as ``status --json`` lists it (README, "Operating it")."""
+    if holder is None:
+        return {
+            "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
+            "child_pid": None, "command": None, "started_at": None, "heartbeat_at": None,
+            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run,
+        }
+    return {
+        "name": name,
+        "state": lock_state(holder),
+        "token": holder.token,
+        "run_id": holder.run_id,
+        "host": holder.host,
+        "pid": holder.pid,
+        "child_pid": holder.child_pid,
+        "command": holder.command,
+        "started_at": holder.started_at,
+        "heartbeat_at": holder.heartbeat_at,
+        "heartbeat_age_s": holder.heartbeat_age_s,
+        "ttl_remaining_s": holder.ttl_remaining_s,
+        "problem": holder.problem,
+        "last_run": last_run,
+    }
+
+
+def newer_run(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The newer of this host's last finished run and the fleet's (by when it ended)."""
+    if mine is None or theirs is None:
+        return mine or theirs
+    if mine["run_id"] == theirs["run_id"]:
+        return mine  # the same run: this host's row is the fuller one
+    ours_ended = mine["ended_at"] or mine["started_at"] or ""
+    return theirs if (theirs["ended_at"] or theirs["started_at"] or "") > ours_ended else mine
+
+
+def lock_states(
+    backend: Backend, ledger: Ledger | None, names: list[str] | None, notes: list[str] | None = None,
+) -> list[LockEntry]:
+    """Held locks (or exactly the named ones, held or free), each with its last finished run:
+    the newer of this host's ledger and the fleet record (a shared backend's memory of every host).
+    ``notes`` gets a line for each holder the operator should know more about (another PID namespace)."""
+    held: dict[str, list[Holder]] = {}
+    for holder in backend.holders(names):
+        held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
+        if holder.note and notes is not None:
+            notes.append(f"{holder.name}: {holder.host or '?'}:{holder.pid or '?'}: {holder.note}")
+    wanted = sorted(held) if names is None else list(dict.fromkeys(names))
+    record = backend.fleet_record()
+    fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
+    entries: list[LockEntry] = []
+    for name in wanted:
+        mine = _last_finished(ledger, name) if ledger is not None else None
+        last_run = newer_run(mine, fleet_last.get(name))
+        holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
+        entries.extend(lock_entry(name, holder, last_run) for holder in holders)
+    return entries
+
+
+def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[LockEntry]:
+    """What the ledger alone knows, for when the backend cannot be asked.
+
+    Runs in progress on this host are listed with state ``unknown``: without the
+    backend nobody can tell whether their leases still hold.
+    """
+    if ledger is None:
+        return []
+    try:
+        running = ledger.history(status=Status.RUNNING, limit=100000)
+    except LedgerError:
+        return []
+    by_name = {row["name"]: row for row in reversed(running)}
+    wanted = sorted(by_name) if names is None else list(dict.fromkeys(names))
+    entries = []
+    for name in wanted:
+        entry = lock_entry(name, None, _last_finished(ledger, name))
+        row = by_name.get(name)
+        entry["state"] = "unknown"
+        if row is not None:
+            entry["run_id"], entry["host"], entry["pid"] = row["run_id"], row["host"], row["pid"]
+            entry["command"], entry["started_at"] = row["command"], row["started_at"]
+        entries.append(entry)
+    return entries
+
+
+class StatusView(NamedTuple):
+    """What ``status`` shows: the locks, why the backend could not be asked (None if it could),
+    and notes about holders (lines under the table)."""
+
+    locks: list[LockEntry]
+    unreachable: BackendUnavailable | None
+    notes: tuple[str, ...] = ()
+
+
+def status_view(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> StatusView:
+    """The locks as the backend knows them; when it cannot be reached, what the ledger alone knows."""
+    notes: list[str] = []
+    try:
+        return StatusView(lock_states(backend, ledger, names, notes), None, tuple(notes))
+    except BackendUnavailable as exc:
+        return StatusView(ledger_view(ledger, names), exc)
+
+
+def _last_finished(ledger: Ledger, name: str) -> dict[str, Any] | None:
+    try:
+        return ledger.last_finished(name)
+    except LedgerError:
+        return None

@@ -1,0 +1,145 @@
+"""Clearing a lock safely: inspect, judge liveness, then compare-and-delete exactly the token inspected.
+
+A lock re-acquired between the inspection and the delete holds a new token, so
+the delete leaves it alone. Every clear is recorded in the ledger.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from lockrun.backends import Backend, FleetRecord, Holder
+from lockrun.core.clock import human_duration, seconds_since, utc_now_iso
+from lockrun.core.errors import LedgerError
+from lockrun.core.record import Status
+from lockrun.ledger.store import Ledger, RunRecord
+from lockrun.system import host
+from lockrun.views.status import proven_dead_reason, stale_heartbeat_reason
+
+
+class Inspection(NamedTuple):
+    """One holder of a lock, as ``unlock`` judged it."""
+
+    name: str
+    holder: Holder
+    heartbeat_age_s: float | None = None
+    zombie_reason: str | None = None
+    proven: bool = False  # the zombie reason proves that nothing runs under it (not a stale heartbeat alone)
+
+    @property
+    def zombie(self) -> bool:
+        return self.zombie_reason is not None
+
+    @property
+    def cooling(self) -> bool:
+        return bool(self.holder.cooling_until)
+
+    @property
+    def clearable(self) -> bool:
+        """Nothing runs under it: a holder proven dead, or a finished run's --min-hold. A stale
+        heartbeat alone is not enough: a holder cut off from Redis still runs its command until
+        its own deadline, and its lease expires by itself then (README "Is the holder alive?")."""
+        return (self.zombie and self.proven) or self.cooling
+
+    def refusal(self) -> str:
+        """Why ``unlock`` without --force keeps this holder (one clause of the refusal line)."""
+        if self.holder.problem:
+            return "it is malformed, and nothing shows that its holder is gone"
+        if self.zombie:
+            return (f"{self.zombie_reason}, which does not prove it dead: a holder cut off from Redis runs its"
+                    " command until its own lease runs out, and this lease expires by itself in"
+                    f" {human_duration(self.holder.ttl_remaining_s)}")
+        return "its holder looks alive"
+
+    def describe(self) -> list[str]:
+        """Lines for the operator: who holds it, since when, and whether it looks alive."""
+        h = self.holder
+        token = (h.token or "")[:8]
+        lines = [
+            f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
+            *([f"  malformed: {h.problem}"] if h.problem else []),
+            f"  command:   {' '.join(h.command) or '?'}",
+            f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
+            f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago;"
+            f" lease expires in {human_duration(h.ttl_remaining_s)}",
+            *([f"  note:      {h.note}"] if h.note else []),
+        ]
+        if h.foreign:
+            lines.append("  state:     malformed: not a lockrun lease, nothing lockrun started runs under it")
+        elif self.cooling:
+            lines.append(f"  state:     cooling: the run is over, --min-hold keeps it until {h.cooling_until}")
+        elif self.zombie:
+            lines.append(f"  state:     zombie: {self.zombie_reason}")
+        elif h.problem:
+            lines.append("  state:     malformed, and nothing shows that its holder is gone: it may still run")
+        elif h.kernel_held:
+            lines.append("  state:     live: a process holds its kernel lock")
+        else:
+            lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
+        return lines
+
+
+def inspect_all(backend: Backend, name: str) -> list[Inspection]:
+    """Every holder of ``name`` (several under --slots), judged one by one."""
+    found = []
+    for holder in backend.holders([name]):  # with its heartbeat's age by the server's clock
+        proof = None if holder.cooling_until else proven_dead_reason(holder)
+        reason = proof or (None if holder.cooling_until else stale_heartbeat_reason(holder))
+        found.append(Inspection(name=name, holder=holder, heartbeat_age_s=holder.heartbeat_age_s,
+                                zombie_reason=reason, proven=proof is not None))
+    return found
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{host.hostname()} pid {os.getpid()}"
+
+
+def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: list[str]) -> tuple[bool, str | None]:
+    """Delete the lock if it still holds the inspected token; record it.
+
+    Returns (cleared, warning about the ledger or None).
+    """
+    holder = inspection.holder
+    kind = ("malformed" if holder.foreign else "cooling" if inspection.cooling else "zombie" if inspection.zombie
+            else "live (forced)")
+    note = (
+        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {(holder.token or '')[:8]}"
+        f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
+    )
+    record = RunRecord(
+        run_id=os.urandom(16).hex(),
+        name=inspection.name,
+        command=argv,
+        backend=backend.name,
+        started_at=utc_now_iso(),
+        pid_start=host.own_start(),
+    )
+    # The same row the ledger keeps, for every host to see in the fleet record (Redis).
+    shared = FleetRecord({
+        "run_id": record.run_id, "status": Status.UNLOCKED, "host": host.hostname(), "pid": os.getpid(),
+        "command": argv, "started_at": record.started_at, "ended_at": record.started_at, "duration_s": 0.0,
+        "note": note, "exit_status": 0,
+    }, at_once=True)
+    if holder.foreign:
+        cleared = backend.clear_foreign(inspection.name)
+    else:
+        # "": a holder whose description names no usable token (the local backend finds it again).
+        cleared = backend.clear(inspection.name, holder.token or "", record=shared)
+    if not cleared:
+        return False, None
+    try:
+        ledger = Ledger(ledger_path).open()
+        try:
+            ledger.record_event(record, status=Status.UNLOCKED, note=note)
+        finally:
+            ledger.close()
+    except LedgerError as exc:
+        return True, f"the lock was cleared but the ledger could not record it ({exc})"
+    return True, None
