@@ -23,8 +23,8 @@ from pathlib import Path
 
 from common import LOCKRUN, RedisServer, bench_env, machine, percentile, table, write_json
 
-from lockrun.backends import Lease
 from lockrun.backends.redis.backend import RedisBackend, lock_keys
+from lockrun.backends.values import Lease
 
 
 def one_round(server: RedisServer, env: dict, waiters: int) -> float:

@@ -29,8 +29,8 @@ import redis
 from common import LOCKRUN, ROOT, bench_env, interleaved, machine, median_ms, percentile, table, write_json
 
 sys.path.insert(0, str(ROOT))
-from lockrun.backends import Lease  # noqa: E402
 from lockrun.backends.redis.backend import RedisBackend  # noqa: E402
+from lockrun.backends.values import Lease  # noqa: E402
 from tests.soak.proxy import FaultyProxy  # noqa: E402 - the request-counting proxy of the tests
 
 

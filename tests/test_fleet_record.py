@@ -252,8 +252,8 @@ def test_records_written_by_someone_else_read_as_strange_runs(env, redis_server,
 
 
 def test_retention_bounds_the_record(tmp_path, redis_server):
-    from lockrun.backends import FleetRecord, FleetRetention, Lease
     from lockrun.backends.redis.backend import RedisBackend
+    from lockrun.backends.values import FleetRecord, FleetRetention, Lease
 
     backend = RedisBackend(redis_server.url, "lockrun:", 2.0, fleet=FleetRetention(keep_runs=10, keep_days=2))
     try:
@@ -276,8 +276,8 @@ def test_retention_bounds_the_record(tmp_path, redis_server):
 
 
 def test_a_retried_release_records_the_end_once(redis_server):
-    from lockrun.backends import FleetRecord
     from lockrun.backends.redis.backend import RedisBackend
+    from lockrun.backends.values import FleetRecord
 
     backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
     try:
@@ -321,8 +321,9 @@ def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path
 
 
 def test_show_fleet_pages_through_long_streams(redis_server, monkeypatch):
-    from lockrun.backends import FleetRecord, Lease, redis_fleet
+    from lockrun.backends import redis_fleet
     from lockrun.backends.redis.backend import RedisBackend
+    from lockrun.backends.values import FleetRecord, Lease
     from lockrun.views import fleet
 
     monkeypatch.setattr(redis_fleet, "FIND_PAGE", 7)  # every scan call sees a few entries only

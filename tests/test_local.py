@@ -75,8 +75,8 @@ def test_state_dir_is_private(local_env, tmp_path):
 
 def test_release_token_lets_the_kernel_lock_go(local_env):
     """For an acquire whose reply was lost: what the token holds is given back."""
-    from lockrun.backends import Lease
     from lockrun.backends.local.backend import LocalBackend
+    from lockrun.backends.values import Lease
 
     backend = LocalBackend(local_env["LOCKRUN_STATE_DIR"])
     try:

@@ -166,8 +166,8 @@ def test_a_counter_ahead_of_the_clock_still_increases_by_one(env, redis_server):
 
 def test_release_token_gives_back_what_a_token_holds(redis_server):
     """For an acquire whose reply was lost: the lock (or the slot) that the token holds goes."""
-    from lockrun.backends import Lease
     from lockrun.backends.redis.backend import RedisBackend
+    from lockrun.backends.values import Lease
 
     client = redis_server.client()
     backend = RedisBackend(redis_server.url, "lockrun:", 2.0)

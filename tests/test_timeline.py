@@ -22,8 +22,8 @@ from lockrun.core.clock import ISO_FORMAT
 from lockrun.core.errors import UsageError
 from lockrun.ledger.file import MIGRATIONS, SCHEMA_VERSION
 from lockrun.ledger.store import Ledger, RunRecord
-from lockrun.render.tables import exit_text
 from lockrun.render import timeline_text as render_timeline
+from lockrun.render.tables import exit_text
 from lockrun.system import host as this_host
 from lockrun.views import timeline as tl
 from lockrun.views.timeline_window import parse_moment

@@ -25,7 +25,7 @@ from lockrun.core.record import Status
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from lockrun.backends import Backend
+    from lockrun.backends.protocol import Backend
     from lockrun.core.zones import Zone
     from lockrun.ledger.store import Ledger
     from lockrun.views.unlock import Inspection
@@ -323,7 +323,7 @@ def run(
     A busy lock exits 75 quietly; a lease that cannot be kept stops the command
     and exits 76.
     """
-    from lockrun.backends import call_timeout_for, open_backend
+    from lockrun.backends.connect import call_timeout_for, open_backend
     from lockrun.run.runner import Run, RunOptions
 
     argv = list(command)
@@ -492,7 +492,7 @@ def _other_backend_hint(book: Ledger | None, resolved: settings.Settings, names:
 def complete_lock_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion: the names of held locks; silently nothing when the backend is unreachable."""
     try:
-        from lockrun.backends import open_backend
+        from lockrun.backends.connect import open_backend
 
         backend = open_backend(_settings(ctx), 0.5)
         try:
@@ -527,7 +527,7 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
     runs used another backend than this shell, one line on stderr says how
     they were configured (status, history and unlock alike).
     """
-    from lockrun.backends import open_backend
+    from lockrun.backends.connect import open_backend
     from lockrun.render import tables as render
     from lockrun.views.status import status_view
 
@@ -611,7 +611,7 @@ def unlock(
     runs its command until its lease expires. Exits 0 when the lock is gone
     afterwards, 1 when it refused.
     """
-    from lockrun.backends import open_backend
+    from lockrun.backends.connect import open_backend
     from lockrun.views import unlock as unlocking
 
     resolved = _settings(ctx)

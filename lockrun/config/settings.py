@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 from urllib.parse import urlsplit
 
-from lockrun.backends import ALL_REPLICAS
 from lockrun.backends.redis.url import redact_url, url_without_credentials, validate_redis_url
+from lockrun.backends.values import ALL_REPLICAS
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
 from lockrun.core.record import FINAL_STATUSES, Status
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode, special_file

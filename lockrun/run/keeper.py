@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from lockrun.backends import LOST, PREEMPTED, Backend, Lease
+from lockrun.backends.protocol import Backend
+from lockrun.backends.values import LOST, PREEMPTED, Lease
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import BackendUnavailable
 

@@ -25,7 +25,8 @@ import os
 import time
 from collections.abc import Callable
 
-from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.backends.protocol import Backend
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import BackendUnavailable, NothingTaken, Report
 from lockrun.system import host

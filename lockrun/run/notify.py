@@ -30,7 +30,7 @@ from lockrun.core.record import Status
 from lockrun.run.outcome import busy_message
 
 if TYPE_CHECKING:
-    from lockrun.backends import Holder
+    from lockrun.backends.values import Holder
 
 ATTEMPT_TIMEOUT = 2.0
 ATTEMPTS = 2

@@ -19,7 +19,7 @@ from lockrun.core.errors import ExitCode
 from lockrun.core.record import Status
 
 if TYPE_CHECKING:
-    from lockrun.backends import Holder
+    from lockrun.backends.values import Holder
     from lockrun.run.supervisor import ChildExit
 
 

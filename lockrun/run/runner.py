@@ -27,8 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from lockrun.backends import Backend, Duplicate, FleetRecord, Holder, Lease, OnceKey, call_timeout_for
+from lockrun.backends.connect import call_timeout_for
+from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import iso_ago, utc_now_iso
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
 from lockrun.core.os_text import escaped_all

@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from lockrun.backends import FleetEvent, FleetSource, Holder, PageRequest
+from lockrun.backends.protocol import FleetSource
+from lockrun.backends.values import FleetEvent, Holder, PageRequest
 from lockrun.core.clock import parse_iso
 from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, parse_int, row_from_fields
 from lockrun.ledger.metrics import JobFacts

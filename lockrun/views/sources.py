@@ -16,7 +16,7 @@ from lockrun.config import settings
 from lockrun.core.errors import BackendUnavailable
 
 if TYPE_CHECKING:
-    from lockrun.backends import Backend
+    from lockrun.backends.protocol import Backend
     from lockrun.ledger.metrics import JobFacts
     from lockrun.ledger.store import Ledger
     from lockrun.views import timeline as tl
@@ -29,7 +29,7 @@ FleetRun = tuple[dict[str, Any], str | None, list[dict[str, Any]]]
 
 def read_fleet(resolved: settings.Settings, read: Callable[[Source, Backend], T]) -> T:
     """Open the Redis backend, call ``read(fleet_record, backend)``, close it."""
-    from lockrun.backends import open_backend
+    from lockrun.backends.connect import open_backend
 
     backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypedDict
 
-from lockrun.backends import Backend, Holder
+from lockrun.backends.protocol import Backend
+from lockrun.backends.values import Holder
 from lockrun.core.errors import BackendUnavailable, LedgerError
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger

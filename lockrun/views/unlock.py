@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from lockrun.backends import Backend, FleetRecord, Holder
+from lockrun.backends.protocol import Backend
+from lockrun.backends.values import FleetRecord, Holder
 from lockrun.core.clock import human_duration, seconds_since, utc_now_iso
 from lockrun.core.errors import LedgerError
 from lockrun.core.record import Status

@@ -19,17 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
-from lockrun.backends import (
-    LOST,
-    PREEMPTED,
-    RENEWED,
-    Backend,
-    Duplicate,
-    FleetRecord,
-    Holder,
-    Lease,
-    OnceKey,
-)
+from lockrun.backends.protocol import Backend
+from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import iso_ago
 from lockrun.core.errors import BackendUnavailable
 from lockrun.run.backstop import Backstop

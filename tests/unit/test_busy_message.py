@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockrun.backends import Holder
+from lockrun.backends.values import Holder
 from lockrun.core.clock import iso_ago
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import busy_message

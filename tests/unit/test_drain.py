@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from lockrun.backends import Lease
+from lockrun.backends.values import Lease
 from lockrun.core.errors import ExitCode
 from lockrun.core.record import Status
 from lockrun.run.descendants import Proc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lockrun.backends import LOST, RENEWED, Holder, Lease
+from lockrun.backends.values import LOST, RENEWED, Holder, Lease
 from tests.unit.fakes import START, FakeBackend, FakeClock
 
 

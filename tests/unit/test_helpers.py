@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lockrun.backends import call_timeout_for
+from lockrun.backends.connect import call_timeout_for
 from lockrun.config import settings
 from lockrun.core.clock import human_duration, iso_ago, parse_iso, seconds_since, utc_now_iso
 from lockrun.core.errors import UsageError

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lockrun.backends import Holder
+from lockrun.backends.values import Holder
 from lockrun.system import host
 from lockrun.views.status import zombie_reason
 

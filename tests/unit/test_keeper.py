@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lockrun.backends import Lease
+from lockrun.backends.values import Lease
 from lockrun.core.errors import BackendUnavailable
 from lockrun.run.keeper import Keeper, backstop_for, safety_margin
 from lockrun.run.watch import lease_problem

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lockrun.backends import Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.errors import BackendUnavailable, ReplicasMissing
 from lockrun.run.lease_client import LeaseClient
 from tests.unit.fakes import START, Call, FakeBackend, FakeClock, Reports

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from lockrun.backends import Lease
+from lockrun.backends.values import Lease
 from lockrun.core.errors import BackendUnavailable, ExitCode
 from lockrun.core.record import Status
 from lockrun.run.keeper import Keeper, backstop_for

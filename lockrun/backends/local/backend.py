@@ -23,10 +23,10 @@ import stat
 import time
 from pathlib import Path
 
-from lockrun.backends import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
 from lockrun.backends.local.records import Description, LockRecords, cooling, stored_fence
+from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
 from lockrun.core.zones import MAX_ZONE_NAME

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from lockrun.backends import Holder, written_by_others
 from lockrun.backends.local.files import HASHED, LOCK_SUFFIX, SLOT_MARK, LockFiles, file_name, lock_holder_pid
 from lockrun.backends.local.records import LockRecords, cooling, read_description
+from lockrun.backends.values import Holder, written_by_others
 from lockrun.core.errors import BackendUnavailable
 from lockrun.system import host
 from lockrun.system.safefs import UnsafePath, open_regular

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lockrun.backends import Holder, OnceKey
 from lockrun.backends.local.files import LockFiles
+from lockrun.backends.values import Holder, OnceKey
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import BackendUnavailable
 from lockrun.system.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically

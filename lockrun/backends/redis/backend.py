@@ -18,17 +18,6 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from lockrun.backends import (
-    LOST,
-    PREEMPTED,
-    RENEWED,
-    Duplicate,
-    FleetRecord,
-    FleetRetention,
-    Holder,
-    Lease,
-    OnceKey,
-)
 from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis.keys import lock_keys
@@ -40,6 +29,17 @@ from lockrun.backends.redis.scripts import (
     preempt_call,
     release_call,
     renew_call,
+)
+from lockrun.backends.values import (
+    LOST,
+    PREEMPTED,
+    RENEWED,
+    Duplicate,
+    FleetRecord,
+    FleetRetention,
+    Holder,
+    Lease,
+    OnceKey,
 )
 from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable

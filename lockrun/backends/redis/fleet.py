@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
 
-from lockrun.backends import FleetEvent as Event
-from lockrun.backends import PageRequest
 from lockrun.backends.redis.keys import SCAN_BATCH, lock_keys, scan_names
 from lockrun.backends.redis.replies import pairs, text
+from lockrun.backends.values import FleetEvent as Event
+from lockrun.backends.values import PageRequest
 
 if TYPE_CHECKING:
     from redis.client import Pipeline

@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 
 import redis
 
-from lockrun.backends import ALL_REPLICAS, Lease
 from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
 from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replies import script_int, text
 from lockrun.backends.redis.scripts import ScriptCall, renew_call
+from lockrun.backends.values import ALL_REPLICAS, Lease
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import ReplicasMissing
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lockrun.backends import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.backends.redis.keys import LockKeys
+from lockrun.backends.values import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts, tail_for_fleet
 

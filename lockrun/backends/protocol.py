@@ -1,0 +1,87 @@
+"""TODO(backends): backends.protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from lockrun.backends.values import Duplicate, FleetEvent, FleetRecord, Holder, Lease, OnceKey, PageRequest
+
+
+class FleetSource(Protocol):
+    """The read side of the fleet record (backends/redis_fleet.py): raw, as stored.
+    lockrun/fleet.py turns what it answers into rows, defensively."""
+
+    def names(self, kinds: tuple[str, ...] = ...) -> list[str]: ...
+    def pages(self, requests: Sequence[PageRequest]) -> list[list[FleetEvent]]: ...
+    def after(self, name: str, entry_id: str) -> list[FleetEvent]: ...
+    def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]: ...
+    def counts(self, names: list[str]) -> dict[str, dict[object, object]]: ...
+    def find_run(
+        self, names: list[str], run_id_prefix: str,
+    ) -> list[tuple[str, list[FleetEvent], dict[object, object]]]: ...
+
+
+class Backend(Protocol):
+    name: str  # "redis" or "local"
+
+    def acquire(
+        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
+        slots: int = 1, last_try: bool = True,
+    ) -> Lease | Holder | Duplicate:
+        """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
+
+        One round trip. Raises SlotsMismatch when the name is in use with another N, and
+        ReplicasMissing when the lock was taken but fewer replicas than ``--replicas`` asks
+        acknowledged it (the caller gives it back). With ``last_try``, a busy answer is this
+        run's outcome (the fleet record counts it).
+        """
+
+    def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+        """Reset the lease to its full TTL if we still own it: RENEWED, LOST or PREEMPTED.
+
+        Raises ReplicasMissing when fewer than ``lease.replicas`` replicas acknowledged the
+        reset: such a renewal must not count towards the lease's deadline.
+        """
+
+    def release(
+        self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
+        record: FleetRecord | None = None,
+    ) -> bool:
+        """Delete the lock if we still own it and wake one waiter. False: it was not ours.
+
+        With ``succeeded``, the lease's ``--once`` key is marked done in the same step.
+        With ``hold_s`` > 0 (``--min-hold``), the lock stays taken, "cooling", that long.
+        ``record``, the run's final row, goes to the fleet record in the same step, ours or not.
+        """
+
+    def release_token(self, name: str, token: str, slots: int = 1) -> bool:
+        """Give back whatever ``token`` holds of ``name`` (with ``slots`` > 1: its slot) and wake
+        one waiter; for an acquire whose reply never came, which may have taken the lock all
+        the same. Nothing is marked done and nothing goes to the fleet record. False: it held nothing."""
+
+    def preempt(self, name: str, requester: str, ttl: float) -> bool:
+        """Ask the holder of ``name`` to stop (``--replace``). False: nobody holds it."""
+
+    def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
+        """Delete the lock only if it still holds ``token`` (``unlock``); wake one waiter.
+        ``record`` (the unlock's own row) goes to the fleet record if something was cleared."""
+
+    def clear_foreign(self, name: str) -> bool:
+        """Delete what sits where the lock of ``name`` should be but no lockrun lease can be
+        (a key of another type, a file that is not a regular file); False if nothing was."""
+
+    def wait_for_release(self, name: str, timeout: float) -> None:
+        """Block until a release of ``name`` is announced or ``timeout`` passes."""
+
+    def lock_names(self) -> list[str]:
+        """Names of the held locks (shell completion)."""
+
+    def fleet_record(self) -> FleetSource | None:
+        """The shared record of every host's runs (Redis), or None (local: the ledger is all)."""
+
+    def holders(self, names: list[str] | None = None) -> list[Holder]:
+        """The held locks (all, or the named ones that are held): one Holder per holder,
+        so a --slots lock may appear several times, and a cooling one appears too."""
+
+    def close(self) -> None: ...

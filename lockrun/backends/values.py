@@ -1,0 +1,303 @@
+"""TODO(backends): backends.values."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from lockrun.core.clock import parse_iso, seconds_since
+from lockrun.core.record import Row
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+
+# What a renewal found.
+RENEWED = "renewed"
+LOST = "lost"  # the token no longer matches: expired, cleared or taken over
+PREEMPTED = "preempted"  # still ours, but another run asked to replace it (--replace)
+
+# --replicas all: as many replicas as the master has (asked at acquire time).
+ALL_REPLICAS = "all"
+
+
+class Lease(NamedTuple):
+    name: str
+    token: str  # random owner token, new for every run
+    fencing_token: int  # strictly increases with every acquisition of the name
+    ttl: float  # seconds
+    sent_at: float  # time.monotonic() just before the acquire was sent: the lease starts no later
+    once: OnceKey | None = None  # marked done by a release after a successful command
+    slots: int = 1  # --slots N: one of N holders
+    replicas: int = 0  # --replicas: how many replicas must acknowledge each renewal (all: learned at acquire)
+    # allow_eviction: the maxmemory-policy of a Redis that may evict keys, which the acquire found
+    # and was told to accept (for a line under -v); None: the server does not evict, or was not asked.
+    evicting: str | None = None
+
+
+class OnceKey(NamedTuple):
+    """An idempotency key (already strftime-expanded) and how long a success is remembered."""
+
+    key: str
+    remember_s: float
+    # The canonical time zone the key was computed in, when it is time-derived (--once-per, or
+    # --once with a % conversion): every run of the name must use the same (README "One zone
+    # per name"). None: the key does not depend on the time.
+    zone: str | None = None
+    zone_from: str = ""  # where that zone came from (--tz, the host's local zone...), for messages
+
+
+class Duplicate(NamedTuple):
+    """The ``--once`` key had already succeeded: the lock was given back, nothing is to run."""
+
+    name: str
+    key: str
+
+
+class FleetRecord(NamedTuple):
+    """A finished run for the fleet record (README "One fleet, one memory"), written by the same
+    script that releases (or clears) the lock. The local backend has no fleet record: its
+    ledger is the whole memory of this host."""
+
+    row: Row  # as ``history --json`` shows it
+    output_tail: str | None = None  # with --capture-tail: its last 4 KiB go to the ``last`` record
+    at_once: bool = False  # a row that is over at once (an unlock): recorded only if it cleared something
+    # The row to record instead when the release finds the lock no longer this run's (expired,
+    # evicted, stolen, cleared): its note and ``lock_lost_at_release`` say so. Only the release
+    # script knows which of the two is true. None: ``row`` either way.
+    if_lost: Row | None = None
+
+
+class FleetRetention(NamedTuple):
+    """How much of the fleet record Redis keeps (config ``fleet_keep_runs``, ``fleet_keep_days``)."""
+
+    keep_runs: int = 1000
+    keep_days: int = 90
+
+    @property
+    def max_events(self) -> int:
+        return 2 * self.keep_runs  # a start and an end event per run
+
+    @property
+    def keep_ms(self) -> int:
+        return self.keep_days * 86400 * 1000
+
+
+class PageRequest(NamedTuple):
+    """One page of one name's ``runs`` stream, newest first."""
+
+    name: str
+    before: str  # "+" or "(ID": events older than this
+    oldest: str  # "-" or the ID of the oldest event of interest
+    size: int  # at most this many events
+
+
+#: A stream entry of the fleet record: its ID ("ms-seq") and its fields (bytes or str keys and
+#: values, as stored: whoever wrote them).
+FleetEvent = tuple[str, dict[object, object]]
+
+
+# Ranges of the holder fields: anything outside is data lockrun did not write.
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
+INT64_MAX = (1 << 63) - 1
+MAX_TTL_MS = 365 * 86400 * 1000  # settings.MAX_SECONDS: no lockrun lease is longer
+MAX_TEXT = 1024  # longer text fields are cut (a host name has at most 255 characters)
+_INTEGER_RE = re.compile(r"-?\d{1,40}")
+_TEXT_FIELDS = ("token", "run_id", "host", "boot_id")
+_TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until")
+NS_INODE_MAX = (1 << 32) - 1  # a namespace's inode is 32-bit
+_INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, INT64_MAX),
+               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX), "pid_ns": (1, NS_INODE_MAX)}
+_MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lower-case hex digits
+
+
+class _Unusable(ValueError):
+    """One field's value is not what lockrun writes there."""
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def _as_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise _Unusable(f"a {type(value).__name__}, not text")
+    if len(value) > MAX_TEXT:
+        raise _Unusable(f"{len(value)} characters long")
+    return value or None
+
+
+def _as_int(value: object, low: int, high: int) -> int | None:
+    if isinstance(value, (bytes, str)):
+        text = _as_text(value)
+        if text is None:
+            return None  # an empty field: not known yet (child_pid before the first renewal)
+        if not _INTEGER_RE.fullmatch(text.strip()):
+            raise _Unusable(f"{text[:40]!r} is not a whole number")
+        value = int(text)
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    elif value is None:
+        return None
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise _Unusable(f"a {type(value).__name__}, not a whole number")
+    if not low <= value <= high:
+        raise _Unusable(f"{value} is outside {low}..{high}")
+    return value
+
+
+def _as_command(value: object) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (bytes, str)):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        try:
+            value = json.loads(text) if text else []
+        except (ValueError, RecursionError):
+            raise _Unusable("not a JSON list") from None
+    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
+        raise _Unusable("not a list of strings")
+    return [arg for arg in value if isinstance(arg, str)]  # all of them: a list[str] for the type checker
+
+
+def _int_between(low: int, high: int) -> Callable[[object], int | None]:
+    return lambda value: _as_int(value, low, high)
+
+
+def _as_time(value: object) -> str | None:
+    text = _as_text(value)
+    if text is not None and parse_iso(text) is None:
+        raise _Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
+    return text
+
+
+def _as_machine_id(value: object) -> str | None:
+    text = _as_text(value)
+    if text is not None and not _MACHINE_ID_RE.fullmatch(text):
+        raise _Unusable(f"{text[:40]!r} is not a machine id (32 hex digits)")
+    return text
+
+
+def written_by_others(what: str) -> str:
+    """A ``problem`` of a record lockrun did not write, as both backends word it."""
+    return f"{what}: written by something other than lockrun"
+
+
+class Holder(NamedTuple):
+    """Who holds a lock, as recorded in the backend (README, "Redis keys").
+
+    Build one with :meth:`from_fields`: the one place where a holder record read back
+    from Redis or the state directory (possibly written by someone else) is parsed.
+    """
+
+    name: str
+    token: str | None = None
+    run_id: str | None = None
+    host: str | None = None
+    boot_id: str | None = None
+    pid: int | None = None
+    pid_start: int | None = None
+    child_pid: int | None = None
+    command: tuple[str, ...] | list[str] = ()
+    started_at: str | None = None
+    heartbeat_at: str | None = None
+    ttl_ms: int | None = None
+    ttl_remaining_s: float | None = None  # None: no expiry (or unknown)
+    fencing_token: int | None = None
+    cooling_until: str | None = None  # set while --min-hold keeps a finished run's lock taken
+    slotted: bool = False  # one of the holders of a --slots lock
+    problem: str | None = None  # why this record is malformed (data lockrun did not write), or None
+    foreign: bool = False  # not a lockrun lease at all (a key of another type): nothing lockrun runs under it
+    pid_ns: int | None = None  # the inode of the holder's PID namespace: its pid means that process only there
+    machine_id: str | None = None  # machine-id(5) of the holder's machine (None: not recorded or unreadable)
+    unusable: tuple[str, ...] = ()  # the fields whose recorded values were unusable (named in ``problem``)
+    heartbeat_age_s: float | None = None  # since the last heartbeat, by the clock that stamped it (with_age)
+    kernel_held: bool = False  # a kernel lock (local backend) that a live process holds: never a zombie
+    note: str | None = None  # something to tell the operator about the holder (another PID namespace)
+
+    @classmethod
+    def from_fields(
+        cls,
+        name: str,
+        fields: Mapping[Any, object] | None,  # keys: bytes (a Redis hash) or str (local JSON)
+        *,
+        token: str | bytes | None = None,
+        pid: int | None = None,
+        ttl_remaining_s: float | None = None,
+        slotted: bool = False,
+        problem: str | None = None,
+        foreign: bool = False,
+        now: datetime | None = None,
+    ) -> Holder:
+        """A Holder from a recorded description (Redis hash: bytes; local JSON: any JSON values).
+
+        Survives any value: a field that is not what lockrun writes there is dropped
+        (None) and named in ``problem``, so that ``status`` shows the holder as
+        malformed instead of failing. ``token`` (the lock key's value) and ``pid`` (the
+        kernel's word, for a local lock) win over the description's own. ``now``: the clock
+        that stamped the heartbeat, for its age (see :meth:`with_age`).
+        """
+        info: dict[str, object] = {}
+        for key, value in (fields or {}).items():
+            info[key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)] = value
+        problems = [problem] if problem else []
+        unusable: list[str] = []
+
+        def parsed(key: str, parse: Callable[[object], _Parsed], empty: _Parsed) -> _Parsed:
+            try:
+                return parse(info.get(key))
+            except _Unusable as exc:
+                problems.append(f"{key}: {exc}")
+                unusable.append(key)
+                return empty
+
+        texts = {key: parsed(key, _as_text, None) for key in _TEXT_FIELDS}
+        times = {key: parsed(key, _as_time, None) for key in _TIME_FIELDS}
+        ints = {key: parsed(key, _int_between(low, high), None) for key, (low, high) in _INT_FIELDS.items()}
+        command: list[str] = parsed("command", _as_command, [])
+        machine: str | None = parsed("machine_id", _as_machine_id, None)
+        if token is not None:
+            lock_token = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+            if texts["token"] is not None and texts["token"] != lock_token:
+                problems.append("its description names another token")
+                texts, times, ints, command = dict.fromkeys(texts), dict.fromkeys(times), dict.fromkeys(ints), []
+                machine = None
+            texts["token"] = lock_token
+        return cls(
+            name=name, token=texts["token"], run_id=texts["run_id"], host=texts["host"], boot_id=texts["boot_id"],
+            pid=ints["pid"] if pid is None else pid, pid_start=ints["pid_start"], child_pid=ints["child_pid"],
+            command=command, started_at=times["started_at"], heartbeat_at=times["heartbeat_at"],
+            ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
+            cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
+            foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
+            heartbeat_age_s=seconds_since(times["heartbeat_at"], now) if now is not None else None,
+        )
+
+    def with_age(self, now: datetime | None) -> Holder:
+        """This holder with its heartbeat's age as of ``now``, on the clock that stamped the
+        heartbeat: for Redis the server's TIME, read in the same inspection, never this host's
+        clock. ``now`` None (that clock could not be read): no age, so no judgement by it."""
+        age = seconds_since(self.heartbeat_at, now) if now is not None else None
+        return self._replace(heartbeat_age_s=age)
+
+    def with_problem(self, problem: str | None) -> Holder:
+        """This holder with ``problem`` named first among its problems."""
+        return self._replace(problem="; ".join(filter(None, (problem, self.problem))) or None)
+
+    def describe(self) -> str:
+        """``host:pid (run abcd1234, since ..., expires in 12.3s)`` for one-line messages."""
+        who = f"{self.host or '?'}:{self.pid if self.pid is not None else '?'}"
+        extra = []
+        if self.run_id:
+            extra.append(f"run {self.run_id[:8]}")
+        if self.started_at:
+            extra.append(f"since {self.started_at}")
+        if self.ttl_remaining_s is not None:
+            extra.append(f"expires in {self.ttl_remaining_s:.1f}s")
+        return f"{who} ({', '.join(extra)})" if extra else who
