@@ -28,7 +28,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import click, redis, sqlite3
 t1 = time.perf_counter()
-import lockrun.cli.commands, lockrun.run.runner, lockrun.backends.redis.backend, lockrun.run.supervisor,\
+import lockrun.cli.main, lockrun.run.runner, lockrun.backends.redis.backend, lockrun.run.supervisor,\
     lockrun.ledger.store, lockrun.run.keeper
 t2 = time.perf_counter()
 from lockrun import backends
@@ -59,7 +59,7 @@ timed(S.Supervisor, "command_exited", "descendants: walk at the command's exit")
 sys.argv = ["lockrun", "-n", "b", "--", "true"]
 t3 = time.perf_counter()
 try:
-    lockrun.cli.commands.main()
+    lockrun.cli.main.main()
 except SystemExit:
     pass
 t4 = time.perf_counter()

@@ -1,3 +1,3 @@
-from lockrun.cli.commands import main
+from lockrun.cli.main import main
 
 main()

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from lockrun import __version__
-from lockrun.cli.commands import cli
+from lockrun.cli.main import cli
 from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -447,7 +447,7 @@ def test_the_runs_cgroup_is_removed_after_the_run(any_env, tmp_path):
 
 def injected(code: str, env: dict, *args: str) -> subprocess.CompletedProcess:
     """lockrun in a real process whose Python first runs ``code`` (a refusal the kernel rarely gives)."""
-    argv = [PY, "-c", f"{code}\nfrom lockrun.cli.commands import main\nmain()", *args]
+    argv = [PY, "-c", f"{code}\nfrom lockrun.cli.main import main\nmain()", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -481,7 +481,7 @@ def test_a_refused_subreaper_still_kills_the_group_and_says_what_it_could_not(an
     script = escapee.command("setsid", then="sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
     out = tmp_path / "out"
     with out.open("w") as stdout:  # not a pipe: the survivor would hold it open, and a reader would wait for it
-        proc = subprocess.run([PY, "-c", f"{NO_SUBREAPER}\nfrom lockrun.cli.commands import main\nmain()", "-n", "s", "--",
+        proc = subprocess.run([PY, "-c", f"{NO_SUBREAPER}\nfrom lockrun.cli.main import main\nmain()", "-n", "s", "--",
                                *script], env=any_env, stdout=stdout, stderr=subprocess.DEVNULL, timeout=60)
     try:
         assert proc.returncode == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import pytest
 
-from lockrun.cli.commands import cli
+from lockrun.cli.main import cli
 from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent

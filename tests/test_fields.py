@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockrun.cli.commands import main
+from lockrun.cli.main import main
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger, RunRecord
 from lockrun.system.host import boot_id, hostname, machine_id, pid_ns

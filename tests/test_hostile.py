@@ -43,7 +43,7 @@ def status_json(env, *names) -> dict:
 def injected(code: str, env: dict, *args: str, **kwargs) -> subprocess.CompletedProcess:
     """lockrun in a real process whose Python first runs ``code``: a fault the kernel would
     rarely give on demand (no thread, no POSIX timer), injected the way a soak harness does."""
-    argv = [sys.executable, "-c", f"{code}\nfrom lockrun.cli.commands import main\nmain()", *args]
+    argv = [sys.executable, "-c", f"{code}\nfrom lockrun.cli.main import main\nmain()", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, **kwargs)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from lockrun.backends.redis.scripts import HEARTBEAT_LUA
+from lockrun.backends.redis.lua_parts import HEARTBEAT_LUA
 from lockrun.system import host
 from tests.conftest import history, lockrun_argv, run_lockrun, wait_until
 

@@ -97,7 +97,7 @@ import lockrun.run.runner
 def broken(self, outcome):
     raise RuntimeError("a bug in telling someone")
 lockrun.run.runner.Run._deliver = broken
-from lockrun.cli.commands import main
+from lockrun.cli.main import main
 main()
 """
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from lockrun.cli.commands import cli
+from lockrun.cli.main import cli
 from lockrun.ledger.store import Ledger, RunRecord
 from tests.conftest import history, in_pty, lockrun_argv, read_until, run_lockrun, spawn_lockrun, wait_until
 

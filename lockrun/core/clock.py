@@ -47,3 +47,11 @@ def human_duration(seconds: float | None) -> str:
         if abs(value) < limit:
             return f"{value / size:.1f}{unit}"
     return f"{value / 86400:.1f}d"
+
+
+def exact_duration(seconds: float) -> str:
+    """A duration as it would be typed: ``90d``, ``12h``, ``30m``, else seconds (``45s``, ``1.5s``)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

@@ -1,7 +1,7 @@
 """Exit codes and the small named exceptions that library modules raise.
 
-Only ``cli.py`` turns these into messages and exit codes; everything below it
-raises and lets the caller decide.
+Only ``cli/`` turns these into messages and exit codes (one ``except LockrunError`` in
+``cli/main.py``); everything below it raises and lets the caller decide.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     """lockrun's own exit codes (README, "Exit codes"). The command's code passes through."""
 
     OK = 0
+    FAILURE = 1  # a read or unlock found nothing, refused, or could not read the ledger
     USAGE = 2
     UNAVAILABLE = 69  # the lock backend cannot be reached
     BUSY = 75  # default; changeable with -E
@@ -48,7 +49,7 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
 
 
 #: report(level, message), level "info" (shown only with -v), "warn" or "error": how a run says
-#: a line while it goes on; cli.py decides which lines are printed.
+#: a line while it goes on; cli/ decides which lines are printed.
 Report = Callable[[str, str], None]
 
 
@@ -108,8 +109,17 @@ class CommandNotRunnable(LockrunError):
         self.exit_code = exit_code
 
 
-class LedgerError(Exception):
-    """The ledger could not be opened or written. Never fatal for ``run``."""
+class LedgerError(LockrunError):
+    """The ledger could not be opened or written. Never fatal for ``run``; exit 1 for the
+    commands whose whole job is the ledger (history, show, prune, metrics, timeline)."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class FleetReadError(LockrunError):
+    """The fleet record cannot answer as asked (e.g. a run id prefix that matches several runs)."""
+
+    exit_code = ExitCode.FAILURE
 
 
 class ZoneMismatch(UsageError):

@@ -113,3 +113,20 @@ def finish(code: int, say: Callable[[str], None]) -> int:
     except OutputFailed as exc:
         return failed(exc, code, say)
     return code
+
+
+def reserve_standard_streams() -> set[int]:
+    """Put /dev/null, close-on-exec, on any of fd 0-2 lockrun was started without, before anything
+    opens a file: none of lockrun's own files (a lock, the ledger, a pipe) can then land there and
+    take the command's output (SQLite would plant a /dev/null of its own there, inherited), and
+    the command still finds those streams closed, as it would without lockrun. Returns them."""
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+            opened = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free descriptor: fd
+            if opened != fd:
+                os.close(opened)
+    return closed

@@ -364,3 +364,11 @@ def write_atomically(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_like_a_new_file(path: Path | str, data: bytes) -> None:
+    """Replace ``path`` whole with the permissions a new file would get under the umask (a
+    ``timeline --svg`` image is the user's file, not lockrun's private state)."""
+    umask = os.umask(0o022)  # the only way to read the umask is to set it
+    os.umask(umask)
+    write_atomically(path, data, mode=0o666 & ~umask)

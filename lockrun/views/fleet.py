@@ -22,16 +22,13 @@ from typing import NamedTuple
 from lockrun.backends.protocol import FleetSource
 from lockrun.backends.values import FleetEvent, Holder, PageRequest
 from lockrun.core.clock import parse_iso
+from lockrun.core.errors import FleetReadError
 from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, parse_int, row_from_fields
 from lockrun.ledger.metrics import JobFacts
 
 FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
 MAX_PAGE = 512
 _STATUS_NAME = re.compile(r"[a-z_]{1,32}")
-
-
-class FleetReadError(Exception):
-    """The fleet record cannot answer as asked (e.g. a run id prefix that matches several runs)."""
 
 
 #: The fleet record's storage: what it answers, raw (backends/redis_fleet.py).

@@ -60,7 +60,7 @@ def fleet_history(
 
 def fleet_run(resolved: settings.Settings, run_id: str) -> FleetRun | None:
     """``show --fleet``: the run of any host whose id starts with ``run_id``, with its tail and
-    events; None when there is none. Raises fleet.FleetReadError for a prefix of several runs."""
+    events; None when there is none. Raises FleetReadError for a prefix of several runs."""
     from lockrun.views import fleet
 
     return read_fleet(resolved, lambda record, backend: fleet.find_run(record, backend.holders, run_id))

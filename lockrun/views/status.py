@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Holder
@@ -12,6 +12,9 @@ from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger
 from lockrun.system import host
 from lockrun.views import fleet
+
+if TYPE_CHECKING:
+    from lockrun.config.settings import Settings
 
 
 class LockEntry(TypedDict):
@@ -220,3 +223,46 @@ def _last_finished(ledger: Ledger, name: str) -> dict[str, Any] | None:
         return ledger.last_finished(name)
     except LedgerError:
         return None
+
+
+class StatusReport(NamedTuple):
+    """Everything ``status`` prints, gathered before anything is printed."""
+
+    backend: str  # "redis" or "local"
+    view: StatusView
+    evicting: list[str]  # one warning line per Redis server that may evict keys
+    hint: str | None  # this host's runs used another backend than this shell
+    ledger_warning: str | None  # the ledger exists but cannot be read
+
+
+def status_report(resolved: Settings, names: list[str] | None) -> StatusReport:
+    """Ask the backend, then the ledger for each lock's last run (README "Status")."""
+    from lockrun.backends.connect import open_backend
+    from lockrun.views.reading import backend_hint, open_ledger_or_warning
+
+    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+    book, ledger_warning = open_ledger_or_warning(resolved.ledger_path)
+    evicting: list[str] = []
+    try:
+        view = status_view(backend, book, names)
+        if view.unreachable is None:
+            evicting = evicting_servers(backend)
+    finally:
+        backend.close()
+        hint = backend_hint(book, resolved, names)
+        if book is not None:
+            book.close()
+    return StatusReport(backend.name, view, evicting, hint, ledger_warning)
+
+
+def evicting_servers(backend: Backend) -> list[str]:
+    """One warning line per Redis server that may evict keys (README "A Redis that evicts keys"):
+    one INFO memory per server, after the locks were read."""
+    if backend.name != "redis":
+        return []
+    from lockrun.backends.redis.backend import RedisBackend
+    from lockrun.backends.redis.eviction import status_warning
+
+    if not isinstance(backend, RedisBackend):
+        return []
+    return [status_warning(found) for found in backend.evicting_servers()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import getpass
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import FleetRecord, Holder
@@ -19,6 +19,9 @@ from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger, RunRecord
 from lockrun.system import host
 from lockrun.views.status import proven_dead_reason, stale_heartbeat_reason
+
+if TYPE_CHECKING:
+    from lockrun.config.settings import Settings
 
 
 class Inspection(NamedTuple):
@@ -144,3 +147,84 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
     except LedgerError as exc:
         return True, f"the lock was cleared but the ledger could not record it ({exc})"
     return True, None
+
+
+class Choice(NamedTuple):
+    """Which holders ``unlock`` judges, or why it picks none."""
+
+    chosen: list[Inspection]
+    refusal: str | None = None  # a line for stderr: exit 1, nothing cleared
+    show_all: bool = False  # describe every holder before the refusal (the operator picks one)
+    not_held: str | None = None  # a line for stdout: nothing to clear, exit 0
+
+
+def choose(holders: list[Inspection], name: str, token_prefix: str | None, every_holder: bool) -> Choice:
+    """``--token PREFIX`` picks one holder of a --slots lock, ``--all`` every one; with several
+    holders and neither, nothing is guessed."""
+    if token_prefix is not None:
+        holders = [h for h in holders if (h.holder.token or "").startswith(token_prefix)]
+        if len(holders) > 1:
+            return Choice([], refusal=f"--token {token_prefix!r} matches {len(holders)} holders of {name!r}:"
+                                      " give more of it")
+    if not holders:
+        by = f" by a token starting {token_prefix!r}" if token_prefix else ""
+        return Choice([], not_held=f"{name!r} is not held{by}")
+    if len(holders) > 1 and not every_holder:
+        return Choice(holders, show_all=True,
+                      refusal=f"refusing to guess: {name!r} has {len(holders)} holders (--slots); pick one with"
+                              " --token PREFIX, or clear every clearable one with --all")
+    return Choice(holders)
+
+
+def refusal(inspection: Inspection, force: bool) -> str | None:
+    """The line ``unlock`` refuses with before it asks anything, or None when it may go on."""
+    if inspection.clearable or force:
+        return None
+    return (f"refusing to clear {inspection.name!r}: {inspection.refusal()}, and clearing it could run the job"
+            f" twice; if you are sure, run: lockrun unlock --force {inspection.name}")
+
+
+def question(inspection: Inspection) -> str:
+    """What ``unlock`` asks on a terminal before it clears."""
+    return "Clear it?" if inspection.clearable else "Clear this live lock? Its command will be stopped"
+
+
+class Verdict(NamedTuple):
+    """How a clear ended: the line to print, where, and the exit code."""
+
+    message: str
+    exit_code: int  # 0: the lock is gone afterwards; 1: it is not (it changed hands)
+    warning: str | None = None  # the ledger could not record the clear
+
+    @property
+    def to_stderr(self) -> bool:
+        return self.exit_code != 0
+
+
+def clear_inspected(backend: Backend, inspection: Inspection, ledger_path: Path, argv: list[str]) -> Verdict:
+    """Clear exactly the inspected token; when the delete finds another, look again to tell
+    "released meanwhile" (the lock is gone: fine) from "changed hands" (a new holder: left alone)."""
+    name = inspection.name
+    cleared, warning = clear(backend, inspection, ledger_path, argv)
+    if cleared:
+        return Verdict(f"cleared {name!r}", 0, warning)
+    tokens = {h.holder.token for h in inspect_all(backend, name)}
+    if inspection.holder.token not in tokens and (inspection.holder.slotted or not tokens):
+        return Verdict(f"{name!r} was released meanwhile; nothing left to clear", 0, warning)
+    return Verdict(f"{name!r} changed hands after it was inspected; nothing was cleared", 1, warning)
+
+
+def backend_hint_for(resolved: Settings, name: str) -> str | None:
+    """The other-backend hint for ``unlock``: "not held" may only mean "not held *here*". A
+    courtesy: a ledger that cannot be read says nothing here."""
+    from lockrun.views.reading import backend_hint, open_ledger_for_reading
+
+    try:
+        book = open_ledger_for_reading(resolved.ledger_path)
+    except LedgerError:
+        book = None
+    try:
+        return backend_hint(book, resolved, [name])
+    finally:
+        if book is not None:
+            book.close()

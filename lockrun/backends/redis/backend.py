@@ -23,13 +23,7 @@ from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refu
 from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replicas import ReplicaWait
 from lockrun.backends.redis.replies import script_int, text
-from lockrun.backends.redis.scripts import (
-    acquire_call,
-    clear_foreign_call,
-    preempt_call,
-    release_call,
-    renew_call,
-)
+from lockrun.backends.redis.scripts import acquire_call, clear_foreign_call, preempt_call, release_call, renew_call
 from lockrun.backends.values import (
     LOST,
     PREEMPTED,

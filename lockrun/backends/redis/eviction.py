@@ -4,7 +4,7 @@ With ``maxmemory`` set and any ``maxmemory-policy`` but ``noeviction``, Redis dr
 memory runs out: ``allkeys-*`` any key, ``volatile-*`` any key with a TTL, and every key lockrun
 writes has one. A held lock could vanish and a second run start; a ``--once`` mark could
 vanish and the day's job run again. The acquire scripts read ``INFO memory`` themselves
-(redis_scripts.ACQUIRE_CHECKS_LUA) and refuse such a server; ``status`` asks each server once.
+(lua_parts.ACQUIRE_CHECKS_LUA) and refuse such a server; ``status`` asks each server once.
 """
 
 from __future__ import annotations

@@ -1,0 +1,190 @@
+"""The Lua pieces the Redis backend's scripts are built from (``scripts.py`` joins them).
+
+Each piece is a set of local functions with a comment saying what it reads and writes; a
+script is some of these pieces and its own body, sent as one text and so run atomically.
+"""
+
+from __future__ import annotations
+
+# The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
+# it costs no round trip. Every write goes through redis.pcall: a record that cannot be
+# written (a key of the wrong type, no memory) never fails the lock operation around it.
+#
+# record_end(runs, last, counts, ended, a, released): ARGV[a..] = maxlen, keep_ms, status
+# ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once, an
+# unlock: recorded with a start event before its end, and only if the script cleared
+# something), run_id, the row as JSON in three parts (``last`` keeps it so: status reads
+# thousands): its head, then the tail to append when the lock was still the run's and the one
+# when it was not (its note and lock_lost_at_release say so; '': no such variant), the note of
+# each, then the run's other field/value pairs (the stream keeps those, for people reading it
+# with redis-cli). A release that found the lock no longer the run's counts it in ``counts``
+# under record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
+# The ``ended`` marker makes a release that is retried after a lost reply record it once.
+FLEET_LUA = """
+local function fleet_touch(keep, ...)
+  for _, key in ipairs({...}) do redis.pcall('PEXPIRE', key, keep) end
+end
+local function record_end(runs, last, counts, ended, a, released)
+  local status = ARGV[a + 2]
+  if status == '' or (ARGV[a + 5] == '1' and released == 0) then return end
+  local fresh = redis.pcall('SET', ended, '1', 'NX', 'PX', 600000)
+  if type(fresh) ~= 'table' or not fresh.ok then return end
+  local maxlen, keep = ARGV[a], ARGV[a + 1]
+  local decided = ARGV[a + 9] ~= ''
+  local lost = decided and released == 0
+  local fields = {}
+  for i = a + 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local note = ARGV[a + 10]
+  if lost then note = ARGV[a + 11] end
+  if note ~= '' then
+    fields[#fields + 1] = 'note'
+    fields[#fields + 1] = note
+  end
+  if decided then
+    fields[#fields + 1] = 'lock_lost_at_release'
+    fields[#fields + 1] = lost and '1' or '0'
+  end
+  local row = ARGV[a + 7] .. ARGV[a + 8]
+  if lost then row = ARGV[a + 7] .. ARGV[a + 9] end
+  if ARGV[a + 5] == '1' then
+    redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'end', unpack(fields))
+  if ARGV[a + 5] ~= '1' then  -- an unlock is not a run: the last run stays the last run
+    local success = redis.pcall('HGET', last, 'last_success_at')
+    if status == 'succeeded' then success = ARGV[a + 4] end
+    redis.pcall('DEL', last)
+    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', row)
+    if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
+    if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
+  end
+  redis.pcall('HINCRBY', counts, status, 1)
+  if lost then redis.pcall('HINCRBY', counts, 'flag:lock_lost_at_release', 1) end
+  fleet_touch(keep, runs, last, counts)
+end
+local function record_start(runs, maxlen, keep, fence, first)
+  local shared = {run_id = true, host = true, pid = true, command = true, started_at = true, ttl_ms = true}
+  local fields = {'fencing_token', fence}
+  for i = first, #ARGV - 1, 2 do
+    if shared[ARGV[i]] then
+      fields[#fields + 1] = ARGV[i]
+      fields[#fields + 1] = ARGV[i + 1]
+    end
+  end
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
+  fleet_touch(keep, runs)
+end
+local function record_count(counts, keep, status)
+  redis.pcall('HINCRBY', counts, status, 1)
+  fleet_touch(keep, counts)
+end
+"""
+
+# Wake one waiter: a release pushes to the name's wake list, where waiters BLPOP (a list of at
+# most 64 wake-ups, gone after ARGV's wake TTL when nobody waits).
+WAKE_LUA = """
+local function wake(key, ttl_ms)
+  redis.call('LPUSH', key, '1')
+  redis.call('LTRIM', key, 0, 63)
+  redis.call('PEXPIRE', key, ttl_ms)
+end
+"""
+
+# A release marks the --once key done (if the run has one: its key comes after the fleet
+# record's), keeps the name's recorded time zone at least as long as that mark (if the key is
+# time-derived: the zone's key comes last, README "One zone per name"), and wakes one waiter.
+RELEASE_LUA = WAKE_LUA + """
+local function mark_done(key, value, remember_ms)
+  if key then redis.call('SET', key, value, 'PX', remember_ms) end
+end
+local function keep_zone_for(key, zone, keep_ms)
+  if key and redis.call('GET', key) == zone then
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), tonumber(keep_ms)))
+  end
+end
+"""
+
+# What the acquire scripts check before anything else (README "Never twice, whatever lockrun
+# cannot see"), without a round trip of their own:
+#
+# eviction(): INFO memory, read by the script itself (scripts may call INFO; CONFIG is refused
+# to them, and hosted Redis often renames it). nil when the server keeps every key: maxmemory
+# 0, or maxmemory-policy noeviction. Otherwise {policy, maxmemory, why}, policy '' when it
+# cannot tell (INFO refused, e.g. by an ACL; no maxmemory_policy line): every other policy,
+# allkeys-* and volatile-* alike, may evict lockrun's keys, which all have a TTL.
+#
+# zone_conflict(key, zone): the time zone recorded for the name's --once periods when it is
+# not ``zone`` (a string), or {kind} when the key is not a string at all; nil when they agree
+# or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
+# to live. No key (a run whose --once key does not depend on the time): nothing to check.
+ACQUIRE_CHECKS_LUA = """
+local function info_field(info, name, pattern)
+  -- a plain find, then a match anchored there: an unanchored pattern over the whole reply
+  -- would cost the script as much again as INFO itself (bench/eviction_check.py)
+  local at = string.find(info, '\\n' .. name .. ':', 1, true)
+  if not at then return nil end
+  return string.match(info, pattern, at + #name + 2)
+end
+local function eviction()
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) ~= 'string' then
+    local why = 'no reply'
+    if type(info) == 'table' and info.err then why = info.err end
+    return {'', 0, why}
+  end
+  local limit = tonumber(info_field(info, 'maxmemory', '^(%d+)') or '')
+  local policy = info_field(info, 'maxmemory_policy', '^([%w%-]+)')
+  if not limit or not policy then return {'', 0, 'INFO memory names no maxmemory_policy'} end
+  if limit == 0 or policy == 'noeviction' then return nil end
+  return {policy, limit, ''}
+end
+local function zone_conflict(key, zone)
+  if not key then return nil end
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then return {kind} end
+  local recorded = redis.call('GET', key)
+  if recorded and recorded ~= zone then return recorded end
+  return nil
+end
+local function keep_zone(key, zone, keep_ms)
+  if key then redis.call('SET', key, zone, 'PX', math.max(redis.call('PTTL', key), keep_ms)) end
+end
+local function refused(evicts, allowed)
+  if evicts and allowed ~= '1' then return {-2, evicts[1], evicts[2], evicts[3]} end
+  return nil
+end
+local function refused_zone(conflict)
+  if type(conflict) == 'table' then return {-4, conflict[1]} end
+  return {-3, conflict}
+end
+local function evicting_policy(evicts)
+  if not evicts then return '' end
+  if evicts[1] == '' then return '?' end
+  return evicts[1]
+end
+"""
+
+# The holder's heartbeat is the server's TIME, never the holder's clock: heartbeat(info_key)
+# writes it to the info hash as ISO 8601 UTC (microseconds), which `status` and `unlock` measure
+# against the server's TIME of their own inspection, so that no two hosts' clocks are compared
+# (README "Redis keys"). The civil date of a day count: H. Hinnant's civil_from_days.
+HEARTBEAT_LUA = """
+local function iso_utc(s, us)
+  local rest = s % 86400
+  local z = (s - rest) / 86400 + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, us)
+end
+local function heartbeat(key)
+  local t = redis.call('TIME')
+  redis.call('HSET', key, 'heartbeat_at', iso_utc(tonumber(t[1]), tonumber(t[2])))
+end
+"""

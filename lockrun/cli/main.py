@@ -1,0 +1,55 @@
+"""The entry point: parse, let the command make its one call, and turn what went wrong into one
+line on stderr and an exit code (README "Exit codes"). Only ``cli/`` imports click.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+# The commands register themselves with the group as they are imported.
+from lockrun.cli import locks, records, run, timeline  # noqa: F401
+from lockrun.cli.group import cli
+from lockrun.cli.output import say
+from lockrun.core.errors import ExitCode, LockrunError
+
+# The order the man page and the README list them in: a run, its locks, then its records.
+cli.commands = {name: cli.commands[name]
+                for name in ("run", "status", "unlock", "history", "timeline", "prune", "show", "metrics")}
+
+
+def _one_line(exc: click.ClickException) -> str:
+    message = " ".join(exc.format_message().split())
+    command = None
+    if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx.command is not cli:
+        command = exc.ctx.command.name
+    hint = f"lockrun {command} --help" if command else "lockrun --help"
+    return f"{message} (see '{hint}')"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lockrun.system import own_output
+
+    closed = own_output.reserve_standard_streams()
+    own_output.guard(closed_at_start=1 in closed)  # lockrun's own output failing: one line, exit 1
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
+    except own_output.OutputFailed as exc:
+        code = own_output.failed(exc, 0, say)
+    except click.UsageError as exc:
+        say(_one_line(exc))
+        code = ExitCode.USAGE
+    except click.ClickException as exc:
+        say(_one_line(exc))
+        code = exc.exit_code
+    except click.Abort:
+        code = ExitCode.SIGNAL_BASE + 2
+    except LockrunError as exc:  # every error lockrun names: one line and its exit code
+        say(str(exc))
+        code = exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
+        say(f"internal error: {exc!r}")
+        code = ExitCode.INTERNAL
+    sys.exit(own_output.finish(int(code or 0), say))

@@ -1,0 +1,97 @@
+"""TODO(cli.commands): cli.params."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+
+from lockrun.backends.redis.url import validate_redis_url
+from lockrun.config import settings
+from lockrun.core import zones
+from lockrun.core.errors import LockrunError, UsageError
+from lockrun.core.record import Status
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+
+    # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
+    # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
+    ParamTypeBase = click.ParamType[object, object]
+else:
+    ParamTypeBase = click.ParamType
+
+
+#: A validator from settings: (the text given, the option's name for messages) -> the value.
+Validator = Callable[[str, str], object]
+
+
+class Validated(ParamTypeBase):
+    """A click type that defers to one validator from settings.
+
+    The validator's message becomes click's "Invalid value for '--opt'" line.
+    With ``echo_value``, the message keeps the value and drops the validator's
+    own "invalid --opt 'x':" prefix, which click already says.
+    """
+
+    def __init__(self, name: str, validate: Validator, echo_value: bool = True) -> None:
+        self.name = name
+        self.validate = validate
+        self.echo_value = echo_value
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        if not isinstance(value, str):
+            return value  # a default, already of the right type
+        try:
+            return self.validate(value, param.opts[0] if param else self.name)
+        except LockrunError as exc:
+            message = f"{value!r}: {str(exc).split(': ', 1)[-1]}" if self.echo_value else str(exc)
+            self.fail(message, param, ctx)
+
+
+def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
+    return Validated(
+        "SECONDS", lambda value, what: settings.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
+    )
+
+
+DURATION = Validated("DURATION", settings.parse_duration)
+MIN_HOLD = Validated("DURATION", settings.parse_min_hold)
+LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value), echo_value=False)
+REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
+
+
+def _moment(value: str, what: str) -> float | datetime:
+    from lockrun.views.timeline_window import parse_moment  # not at import time: `run` never needs it
+
+    return parse_moment(value, what)
+
+
+MOMENT = Validated("TIME", _moment)
+HOST = Validated("H", settings.validate_host)
+REPLICAS = Validated("N|all", settings.parse_replicas)
+SIZE = Validated("SIZE", settings.parse_size)
+NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
+ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
+ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
+
+
+def output_file(dash: bool = False) -> Validated:
+    """A file lockrun writes: a device, FIFO or socket there (or a link to one) is a usage error
+    now, not a warning after the run; the device stays as it is (``-``: standard output)."""
+
+    def check(value: str, what: str) -> str:
+        problem = None if dash and value == "-" else settings.output_path_problem(value, "", directories=False)
+        if problem:
+            raise UsageError(problem)
+        return value
+
+    return Validated("PATH", check, echo_value=False)
+
+
+STATUS_CHOICES = [status.value for status in Status]
+
+
+RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value), echo_value=False)

@@ -1,0 +1,137 @@
+"""``lockrun run`` (and the bare ``lockrun [OPTIONS] -- COMMAND``): the flags, parsed into one
+:class:`~lockrun.run.command.RunFlags`; ``run/command`` turns them into a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import click
+
+from lockrun.cli.group import CONTEXT, cli, global_options, resolved_settings
+from lockrun.cli.output import say
+from lockrun.cli.params import (
+    DURATION,
+    ENDPOINT,
+    LOCK_NAME,
+    MIN_HOLD,
+    NOTIFY_ON,
+    REPLICAS,
+    SIZE,
+    ZONE,
+    output_file,
+    seconds_type,
+)
+from lockrun.config import settings
+from lockrun.core.errors import UsageError
+
+
+@cli.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
+@click.option("-n", "--name", type=LOCK_NAME,
+              help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
+@click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
+              help=f"Lease length in seconds, {settings.seconds_range(1)}; renewed every TTL/3 [default: 60].")
+@click.option("-w", "--wait", type=seconds_type(allow_zero=True),
+              help=f"Wait up to SECONDS ({settings.seconds_range(allow_zero=True)}) for a busy lock [default: 0 (give"
+                   " up at once); with --replace, the holder's TTL + --kill-after].")
+@click.option("--timeout", type=seconds_type(),
+              help=f"Stop the command after SECONDS ({settings.seconds_range()}); exit 124.")
+@click.option("--kill-after", type=seconds_type(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
+              help=f"Grace in seconds ({settings.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
+                   "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
+@click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
+              help="What to do when the lease cannot be kept (a --replace by another run always stops the "
+                   "command).")
+@click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
+              show_default=True, help="Exit code when the lock is busy (after --wait).")
+@click.option("--once", "once", metavar="KEY",
+              help="Idempotency key, expanded with strftime in --tz (report-%Y-%m-%d): skip (exit 0) if it already "
+                   "succeeded. In a crontab, write % as \\%.")
+@click.option("--once-per", type=click.Choice(list(settings.ONCE_PERIODS)), metavar="hour|day|week|month",
+              help="Run at most once per hour, day, ISO week or month (in --tz): --once with the period's start "
+                   "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
+                   "Not with --once.")
+@click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
+              help=f"How long a succeeded --once key is kept (at most {settings.MAX_DURATION_TEXT}).")
+@click.option("--slots", type=click.IntRange(1, settings.MAX_SLOTS), metavar="N", default=1, show_default=True,
+              help=f"Allow up to N (1 to {settings.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
+                   " each holder has its own token and fencing token. Every caller of one name must use the same N.")
+@click.option("--min-hold", type=MIN_HOLD,
+              help=f"Keep the lock taken until at least DURATION (at most {settings.MAX_MIN_HOLD_TEXT}) after "
+                   "acquisition, so a host whose clock lags cannot rerun a short job; status shows such a lock as "
+                   "cooling (config: min_hold).")
+@click.option("--replace", is_flag=True,
+              help="Ask the current holder to stop (it exits 76 with ledger status preempted), wait for its "
+                   "release, then run; never two at once.")
+@click.option("--replicas", type=REPLICAS, metavar="N|all",
+              help="WAIT for N Redis replicas (all: every replica in sync with the master) behind the acquire and "
+                   "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "
+                   "does not run; a renewal counts only when acknowledged. N: 0 to 100 [default: 0; config: "
+                   "replicas].")
+@click.option("--metrics-file", metavar="PATH", type=output_file(),
+              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run; only a "
+                   "regular file is replaced (a device, FIFO or socket there: exit 2).")
+@click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
+              help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
+@click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(settings.DEFAULT_NOTIFY_ON),
+              show_default=True, help="Which outcomes --notify reports (comma-separated ledger statuses).")
+@click.option("--notify-format", type=click.Choice(["json", "slack"]), default="json", show_default=True,
+              help="slack: a {\"text\": ...} body for Slack-compatible incoming webhooks.")
+@click.option("--ping", "ping_url", metavar="URL", type=ENDPOINT,
+              help="healthchecks.io-style pings: URL/start, then URL (success), URL/EXIT_CODE or URL/fail.")
+@click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
+@click.option("--capture-tail", metavar="SIZE", type=SIZE,
+              help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
+# Descendants that leave the command's group (README "What lockrun guarantees, and how": the command).
+@click.option("--keep-detached", is_flag=True,
+              help="Let processes that leave the command's process group (setsid, double forks, daemons) run on "
+                   "after the run: they are not stopped, and outlive the lock's protection. By default everything "
+                   "the command started is stopped, and reaped, before the lock is released.")
+@click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
+# README "Never twice, whatever lockrun cannot see": an evicting Redis, one zone per name.
+@click.option("--tz", "tz", type=ZONE, envvar="LOCKRUN_TZ", show_envvar=True, metavar="ZONE",
+              help="The time zone (IANA name: UTC, Europe/Berlin) of --once-per periods and --once % keys; every "
+                   "run of one name must use the same [default: config timezone, else this host's local zone].")
+@click.option("--allow-eviction", is_flag=True,
+              help="Run even on a Redis whose maxmemory-policy may evict keys (else exit 69): a held lock or a "
+                   "--once mark could vanish and the job run twice (config: allow_eviction).")
+@global_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
+@click.pass_context
+def run(ctx: click.Context, /, **given: Any) -> NoReturn:
+    """Run COMMAND while holding the lock NAME.
+
+    \b
+      lockrun -n sync-invoices --ttl 120 -- /opt/app/bin/sync-invoices
+      lockrun -n report --wait 600 --timeout 3600 -- /opt/app/bin/report
+      lockrun -n payroll --once-per day -- /opt/app/bin/payroll
+
+    COMMAND is executed directly (no shell); everything after `--` belongs to it.
+    The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN
+    (an integer that strictly increases with every acquisition of the name).
+    A busy lock exits 75 quietly; a lease that cannot be kept stops the command
+    and exits 76.
+    """
+    from lockrun.run.command import RunFlags, plan_run
+
+    from_env = ctx.get_parameter_source("tz") == click.core.ParameterSource.ENVIRONMENT
+    flags = RunFlags(**given, tz_source="LOCKRUN_TZ" if from_env else "--tz")
+    resolved = resolved_settings(ctx, flags.ttl)
+    # `lockrun -v status`: a run option first makes `status` the command to run. When no such
+    # program exists, say where lockrun's own subcommand wants its options.
+    misplaced = flags.command[0] in cli.commands
+
+    def report(level: str, message: str) -> None:
+        if (level == "info" and not flags.verbose) or (level == "warn" and flags.quiet):
+            return
+        if level == "error" and misplaced and message.endswith(": command not found in PATH"):
+            program = flags.command[0]
+            message += f" (for lockrun's own {program!r}, put it first: lockrun {program} [OPTIONS])"
+        say(message)
+
+    try:
+        planned = plan_run(flags, resolved, report)
+    except UsageError as exc:  # flags that cannot go together: click's line, with its hint
+        raise click.UsageError(str(exc), ctx=ctx) from None
+    ctx.exit(planned.execute().exit_code)

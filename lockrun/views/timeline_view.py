@@ -1,0 +1,49 @@
+"""What ``timeline`` draws: a row label and a chart per lane, from the ledger or the fleet record.
+
+The renderers in ``render/`` turn this into text or SVG; nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from lockrun.system.host import hostname
+from lockrun.views import sources, timeline_charts
+from lockrun.views import timeline as tl
+from lockrun.views.reading import open_ledger_for_reading
+
+if TYPE_CHECKING:
+    from lockrun.config.settings import Settings
+
+
+class TimelineView(NamedTuple):
+    labels: list[str]
+    charts: Iterable[Any]  # one per label, as render/ draws them; read lazily from the ledger
+    source: str  # where the runs were read, for the SVG's subtitle
+    details: Any = None  # what the SVG's tooltips say of each run (the ledger's runs only)
+
+
+@contextmanager
+def timeline_view(
+    resolved: Settings, window: tl.Window, names: list[str] | None, fleet: bool, host: str | None, by_host: bool,
+    per_run_below: int = 0, with_details: bool = False,
+) -> Iterator[TimelineView]:
+    """The lanes of the window; with ``fleet`` (and a Redis URL), every host's. ``per_run_below``:
+    the SVG draws each run of a lane with fewer runs; ``with_details``: gather its tooltips.
+    The ledger stays open while the view is drawn: its charts are computed as they are drawn."""
+    if fleet and resolved.redis_url:
+        rows = sources.fleet_rows_in(resolved, window, names)
+        lanes = tl.lanes_from_rows(rows, window, host=host, by_host=by_host)
+        labels = [tl.label(lane.name, lane.host) for lane in lanes]
+        yield TimelineView(labels, tl.layout(lanes, window), "the fleet record (every host)")
+        return
+    book = open_ledger_for_reading(resolved.ledger_path)
+    try:
+        labels, charts = sources.ledger_timeline(book, window, names, host, by_host, per_run_below=per_run_below)
+        details = timeline_charts.run_details(book, host) if with_details and book is not None else None
+        yield TimelineView(labels, charts, f"the ledger of {hostname()}", details)
+    finally:
+        if book is not None:
+            book.close()
