@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import pytest
 
-from lockrun.config.settings import once_key_for_period
+from lockrun.config.once import once_key_for_period
 from lockrun.ledger.store import Ledger
 from tests.conftest import LOCKRUN, RedisServer, isolated_env, run_lockrun, spawn_lockrun, wait_until
 from tests.readme_crontab import CrontabLine, crontab_lines

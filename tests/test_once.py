@@ -98,7 +98,7 @@ def test_once_per_keys_by_the_periods_start(env, tmp_path, period, template):
     ((2027, 1, 4, 0, 0, 0), "week", "2027-W01"),
 ])
 def test_once_per_keys_are_the_period_in_local_time(local, period, key):
-    from lockrun.config.settings import once_key_for_period
+    from lockrun.config.once import once_key_for_period
 
     when = time.mktime((*local, 0, 0, -1))
     assert once_key_for_period(period, when) == key

@@ -246,7 +246,7 @@ def test_a_localtime_that_is_no_zone_cannot_be_named(zones_here, tmp_path):
 
 
 def test_periods_in_a_zone(zones_here):
-    from lockrun.config.settings import expand_once_key, once_key_for_period
+    from lockrun.config.once import expand_once_key, once_key_for_period
 
     jakarta, utc = zones_here.parse_zone("Asia/Jakarta", "--tz"), zones_here.parse_zone("UTC", "--tz")
     assert once_key_for_period("day", MOMENT, zone=utc) == "2026-12-01"

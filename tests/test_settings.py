@@ -5,53 +5,53 @@ import os
 import pytest
 
 from lockrun.backends.redis.url import redact_url, validate_redis_url
-from lockrun.config import settings
+from lockrun.config import file, settings, values
 from lockrun.core.errors import ConfigError, UsageError
 
 
 @pytest.mark.parametrize("name", ["a", "sync-invoices", "A.b_c:d@e/f-g", "9" * 200])
 def test_valid_names(name):
-    assert settings.validate_name(name) == name
+    assert values.validate_name(name) == name
 
 
 @pytest.mark.parametrize("name", ["", "-a", ".a", "a b", "a{b}", "ä", "a*", "x" * 201, "/abs"])
 def test_invalid_names(name):
     with pytest.raises(UsageError, match="invalid lock name"):
-        settings.validate_name(name)
+        values.validate_name(name)
 
 
 def test_default_name_keeps_argument_boundaries():
-    assert settings.default_name(["frob", "foo bar"]) != settings.default_name(["frob", "foo", "bar"])
-    assert settings.default_name(["true"]) == settings.default_name(["true"])
-    assert settings.default_name(["true"]).startswith("cmd-") and len(settings.default_name(["true"])) == 16
+    assert values.default_name(["frob", "foo bar"]) != values.default_name(["frob", "foo", "bar"])
+    assert values.default_name(["true"]) == values.default_name(["true"])
+    assert values.default_name(["true"]).startswith("cmd-") and len(values.default_name(["true"])) == 16
 
 
 @pytest.mark.parametrize("text,value", [("1", 1.0), ("0.5", 0.5), ("120", 120.0), ("2.", 2.0), (".25", 0.25)])
 def test_seconds(text, value):
-    assert settings.parse_seconds(text, "--x") == value
+    assert values.parse_seconds(text, "--x") == value
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "abc", "1e3", "inf", "nan", "", "1s", " "])
 def test_bad_seconds(text):
     with pytest.raises(UsageError):
-        settings.parse_seconds(text, "--x")
+        values.parse_seconds(text, "--x")
 
 
 def test_seconds_minimum_and_zero():
-    assert settings.parse_seconds("0", "--wait", allow_zero=True) == 0
+    assert values.parse_seconds("0", "--wait", allow_zero=True) == 0
     with pytest.raises(UsageError, match="at least 1"):
-        settings.parse_seconds("0.5", "--ttl", minimum=1)
+        values.parse_seconds("0.5", "--ttl", minimum=1)
 
 
 @pytest.mark.parametrize("text,value", [("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800), ("1.5h", 5400)])
 def test_durations(text, value):
-    assert settings.parse_duration(text, "--since") == value
+    assert values.parse_duration(text, "--since") == value
 
 
 @pytest.mark.parametrize("text", ["90", "15x", "-1h", "0s", "h", ""])
 def test_bad_durations(text):
     with pytest.raises(UsageError):
-        settings.parse_duration(text, "--since")
+        values.parse_duration(text, "--since")
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_bad_config_files(tmp_path, text, message):
     config = tmp_path / "c.toml"
     config.write_text(text)
     with pytest.raises(ConfigError, match=message) as info:
-        settings.load_config(str(config))
+        file.load_config(str(config))
     assert str(config) in str(info.value)
 
 
@@ -136,7 +136,7 @@ def test_fleet_retention_from_the_config_file(tmp_path, monkeypatch):
 
 def test_missing_explicit_config(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
-        settings.load_config(str(tmp_path / "nope.toml"))
+        file.load_config(str(tmp_path / "nope.toml"))
 
 
 def test_world_writable_config_refused(tmp_path):
@@ -144,4 +144,4 @@ def test_world_writable_config_refused(tmp_path):
     config.write_text("")
     os.chmod(config, 0o666)
     with pytest.raises(ConfigError, match="writable by group or others"):
-        settings.load_config(str(config))
+        file.load_config(str(config))

@@ -1,8 +1,5 @@
-"""The lock backend protocol and the values that cross it.
-
-A backend hands out leases: ``acquire`` returns a :class:`Lease`, the
-:class:`Holder` that has the lock, or :class:`Duplicate` when a ``--once`` key
-is already done. ``renew`` and ``release`` compare the owner token first, so a
-lease that was lost (expired, stolen, cleared) is never extended or deleted by
-its former owner.
+"""Lock backends: the protocol (``protocol``), the values that cross it (``values``), the choice
+between them (``connect``), and the two of them, ``redis/`` and ``local/``, which know nothing
+of each other. A backend hands out leases whose owner token every renewal and release compares
+first. May import ``system`` and ``core``; redis-py only in ``redis/``.
 """

@@ -1,4 +1,7 @@
-"""TODO(backends): backends.connect."""
+"""Which backend a command talks to: Redis when a URL is configured, else the local one; and how
+long one backend call may take. A configured but unreachable Redis is exit 69, never the local
+backend instead.
+"""
 
 from __future__ import annotations
 

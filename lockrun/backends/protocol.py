@@ -1,4 +1,6 @@
-"""TODO(backends): backends.protocol."""
+"""The ``Backend`` protocol: everything the run path and the read commands ask of a lock backend,
+and the read side of the fleet record (``FleetSource``). Both backends implement it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""TODO(backends): backends.values."""
+"""The values that cross the backend protocol, and reading a holder's record back defensively.
+
+A backend hands out leases: ``acquire`` returns a :class:`Lease`, the :class:`Holder` that has
+the lock, or :class:`Duplicate` when a ``--once`` key is already done. ``renew`` and ``release``
+compare the owner token first, so a lease that was lost (expired, stolen, cleared) is never
+extended or deleted by its former owner. A holder's record may have been written by anyone:
+every field is parsed with a range, and what cannot be used is named in ``Holder.problem``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from lockrun.core.clock import parse_iso, seconds_since
+from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS
 from lockrun.core.record import Row
 
 if TYPE_CHECKING:
@@ -74,8 +82,8 @@ class FleetRecord(NamedTuple):
 class FleetRetention(NamedTuple):
     """How much of the fleet record Redis keeps (config ``fleet_keep_runs``, ``fleet_keep_days``)."""
 
-    keep_runs: int = 1000
-    keep_days: int = 90
+    keep_runs: int = DEFAULT_FLEET_KEEP_RUNS
+    keep_days: int = DEFAULT_FLEET_KEEP_DAYS
 
     @property
     def max_events(self) -> int:

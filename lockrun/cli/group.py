@@ -1,4 +1,6 @@
-"""TODO(cli.commands): cli.group."""
+"""The ``lockrun`` group: its bare form (``lockrun [OPTIONS] -- COMMAND`` is ``lockrun run``), the
+global options every command accepts and the settings they resolve to, and lock-name completion.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import click
 from lockrun import __version__
 from lockrun.cli.output import say
 from lockrun.cli.params import REDIS_URL
-from lockrun.config import settings
+from lockrun.config import settings, values
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,7 +49,7 @@ class LockrunGroup(click.Group):
 def _remember_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     name = param.name or param.opts[0]  # every global option has a name: --redis-url is redis_url
     if name == "ledger" and value is not None:  # --ledger or LOCKRUN_LEDGER: a device there is refused now
-        problem = settings.output_path_problem(value, "", directories=True)
+        problem = values.output_path_problem(value, "", directories=True)
         if problem:
             raise click.BadParameter(problem, ctx=ctx, param=param)
     given = ctx.meta.setdefault("lockrun.globals", {})

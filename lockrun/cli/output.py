@@ -1,4 +1,4 @@
-"""TODO(cli.commands): cli.output."""
+"""lockrun's own lines on stderr: ``lockrun: `` and one printable line, whatever a message quotes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO(cli.commands): cli.params."""
+"""The click parameter types: each wraps one validator from ``config/values``, so a value is
+checked, and its message worded, in one place (exit 2 with click's "Invalid value" line).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from lockrun.backends.redis.url import validate_redis_url
-from lockrun.config import settings
+from lockrun.config import values
 from lockrun.core import zones
 from lockrun.core.errors import LockrunError, UsageError
 from lockrun.core.record import Status
@@ -53,13 +55,13 @@ class Validated(ParamTypeBase):
 
 def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
     return Validated(
-        "SECONDS", lambda value, what: settings.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
+        "SECONDS", lambda value, what: values.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
     )
 
 
-DURATION = Validated("DURATION", settings.parse_duration)
-MIN_HOLD = Validated("DURATION", settings.parse_min_hold)
-LOCK_NAME = Validated("NAME", lambda value, what: settings.validate_name(value), echo_value=False)
+DURATION = Validated("DURATION", values.parse_duration)
+MIN_HOLD = Validated("DURATION", values.parse_min_hold)
+LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
@@ -70,11 +72,11 @@ def _moment(value: str, what: str) -> float | datetime:
 
 
 MOMENT = Validated("TIME", _moment)
-HOST = Validated("H", settings.validate_host)
-REPLICAS = Validated("N|all", settings.parse_replicas)
-SIZE = Validated("SIZE", settings.parse_size)
-NOTIFY_ON = Validated("STATUSES", settings.parse_notify_statuses)
-ENDPOINT = Validated("URL", settings.validate_http_url, echo_value=False)
+HOST = Validated("H", values.validate_host)
+REPLICAS = Validated("N|all", values.parse_replicas)
+SIZE = Validated("SIZE", values.parse_size)
+NOTIFY_ON = Validated("STATUSES", values.parse_notify_statuses)
+ENDPOINT = Validated("URL", values.validate_http_url, echo_value=False)
 ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
 
 
@@ -83,7 +85,7 @@ def output_file(dash: bool = False) -> Validated:
     now, not a warning after the run; the device stays as it is (``-``: standard output)."""
 
     def check(value: str, what: str) -> str:
-        problem = None if dash and value == "-" else settings.output_path_problem(value, "", directories=False)
+        problem = None if dash and value == "-" else values.output_path_problem(value, "", directories=False)
         if problem:
             raise UsageError(problem)
         return value
@@ -94,4 +96,4 @@ def output_file(dash: bool = False) -> Validated:
 STATUS_CHOICES = [status.value for status in Status]
 
 
-RUN_ID = Validated("RUN_ID", lambda value, what: settings.validate_run_id(value), echo_value=False)
+RUN_ID = Validated("RUN_ID", lambda value, what: values.validate_run_id(value), echo_value=False)

@@ -13,17 +13,17 @@ import click
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
 from lockrun.cli.output import say
 from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_CHOICES
-from lockrun.config import settings
+from lockrun.core import defaults
 from lockrun.core.clock import exact_duration
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("name", required=False, type=LOCK_NAME, shell_complete=complete_lock_names)
-@click.option("--limit", type=click.IntRange(1, settings.MAX_HISTORY_LIMIT), metavar="N", default=20,
-              show_default=True, help=f"Show at most N runs (1 to {settings.MAX_HISTORY_LIMIT}).")
+@click.option("--limit", type=click.IntRange(1, defaults.MAX_HISTORY_LIMIT), metavar="N", default=20,
+              show_default=True, help=f"Show at most N runs (1 to {defaults.MAX_HISTORY_LIMIT}).")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
 @click.option("--since", type=DURATION,
-              help=f"Only runs started within DURATION (90m, 12h, 7d; at most {settings.MAX_DURATION_TEXT}).")
+              help=f"Only runs started within DURATION (90m, 12h, 7d; at most {defaults.MAX_DURATION_TEXT}).")
 @click.option("--fleet", is_flag=True,
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @click.option("--host", "host_filter", metavar="HOST",
@@ -65,7 +65,7 @@ def history(
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--older-than", type=DURATION, required=True,
-              help=f"Delete finished runs older than DURATION (90d; at most {settings.MAX_DURATION_TEXT}).")
+              help=f"Delete finished runs older than DURATION (90d; at most {defaults.MAX_DURATION_TEXT}).")
 @global_options
 @click.pass_context
 def prune(ctx: click.Context, older_than: float) -> NoReturn:

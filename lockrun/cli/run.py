@@ -22,7 +22,8 @@ from lockrun.cli.params import (
     output_file,
     seconds_type,
 )
-from lockrun.config import settings
+from lockrun.config import once, values
+from lockrun.core import defaults
 from lockrun.core.errors import UsageError
 
 
@@ -30,34 +31,34 @@ from lockrun.core.errors import UsageError
 @click.option("-n", "--name", type=LOCK_NAME,
               help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
 @click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
-              help=f"Lease length in seconds, {settings.seconds_range(1)}; renewed every TTL/3 [default: 60].")
+              help=f"Lease length in seconds, {values.seconds_range(1)}; renewed every TTL/3 [default: 60].")
 @click.option("-w", "--wait", type=seconds_type(allow_zero=True),
-              help=f"Wait up to SECONDS ({settings.seconds_range(allow_zero=True)}) for a busy lock [default: 0 (give"
+              help=f"Wait up to SECONDS ({values.seconds_range(allow_zero=True)}) for a busy lock [default: 0 (give"
                    " up at once); with --replace, the holder's TTL + --kill-after].")
 @click.option("--timeout", type=seconds_type(),
-              help=f"Stop the command after SECONDS ({settings.seconds_range()}); exit 124.")
-@click.option("--kill-after", type=seconds_type(), default=settings.DEFAULT_KILL_AFTER, show_default=True,
-              help=f"Grace in seconds ({settings.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
+              help=f"Stop the command after SECONDS ({values.seconds_range()}); exit 124.")
+@click.option("--kill-after", type=seconds_type(), default=defaults.DEFAULT_KILL_AFTER, show_default=True,
+              help=f"Grace in seconds ({values.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
                    "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
               help="What to do when the lease cannot be kept (a --replace by another run always stops the "
                    "command).")
-@click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=settings.DEFAULT_BUSY_EXIT,
+@click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=defaults.DEFAULT_BUSY_EXIT,
               show_default=True, help="Exit code when the lock is busy (after --wait).")
 @click.option("--once", "once", metavar="KEY",
               help="Idempotency key, expanded with strftime in --tz (report-%Y-%m-%d): skip (exit 0) if it already "
                    "succeeded. In a crontab, write % as \\%.")
-@click.option("--once-per", type=click.Choice(list(settings.ONCE_PERIODS)), metavar="hour|day|week|month",
+@click.option("--once-per", type=click.Choice(list(once.ONCE_PERIODS)), metavar="hour|day|week|month",
               help="Run at most once per hour, day, ISO week or month (in --tz): --once with the period's start "
                    "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
                    "Not with --once.")
-@click.option("--remember", type=DURATION, default=settings.DEFAULT_REMEMBER, show_default=True,
-              help=f"How long a succeeded --once key is kept (at most {settings.MAX_DURATION_TEXT}).")
-@click.option("--slots", type=click.IntRange(1, settings.MAX_SLOTS), metavar="N", default=1, show_default=True,
-              help=f"Allow up to N (1 to {settings.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
+@click.option("--remember", type=DURATION, default=defaults.DEFAULT_REMEMBER, show_default=True,
+              help=f"How long a succeeded --once key is kept (at most {defaults.MAX_DURATION_TEXT}).")
+@click.option("--slots", type=click.IntRange(1, defaults.MAX_SLOTS), metavar="N", default=1, show_default=True,
+              help=f"Allow up to N (1 to {defaults.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
                    " each holder has its own token and fencing token. Every caller of one name must use the same N.")
 @click.option("--min-hold", type=MIN_HOLD,
-              help=f"Keep the lock taken until at least DURATION (at most {settings.MAX_MIN_HOLD_TEXT}) after "
+              help=f"Keep the lock taken until at least DURATION (at most {defaults.MAX_MIN_HOLD_TEXT}) after "
                    "acquisition, so a host whose clock lags cannot rerun a short job; status shows such a lock as "
                    "cooling (config: min_hold).")
 @click.option("--replace", is_flag=True,
@@ -73,7 +74,7 @@ from lockrun.core.errors import UsageError
                    "regular file is replaced (a device, FIFO or socket there: exit 2).")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
               help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
-@click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(settings.DEFAULT_NOTIFY_ON),
+@click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(values.DEFAULT_NOTIFY_ON),
               show_default=True, help="Which outcomes --notify reports (comma-separated ledger statuses).")
 @click.option("--notify-format", type=click.Choice(["json", "slack"]), default="json", show_default=True,
               help="slack: a {\"text\": ...} body for Slack-compatible incoming webhooks.")

@@ -1,1 +1,7 @@
-"""TODO"""
+"""The run ledger: one SQLite file per host that records every run (README "The ledger").
+
+``store``: the ``Ledger`` and its writes and reads (no liveness decisions: those are views');
+``file``: the schema, the migrations and opening the file safely; ``timeline``: the one query
+engine of ``timeline``; ``metrics``: the Prometheus exposition of what the ledger holds. May
+import ``system`` and ``core``.
+"""

@@ -12,11 +12,12 @@ import sys
 from collections.abc import Iterable
 
 from lockrun.core.clock import human_duration
+from lockrun.core.defaults import DEFAULT_TIMELINE_WIDTH, TIMELINE_WIDTHS
 from lockrun.render.tables import STATUS_STYLES
 from lockrun.views import timeline as tl
 from lockrun.views.timeline_axis import ticks
 
-MIN_WIDTH, MAX_WIDTH, DEFAULT_WIDTH = 70, 1000, 100
+(MIN_WIDTH, MAX_WIDTH), DEFAULT_WIDTH = TIMELINE_WIDTHS, DEFAULT_TIMELINE_WIDTH
 FIGURES_HEAD = f"{'runs':>5} {'fail':>4} {'skip':>4} {'median':>7} {'max':>7}  {'last':<11}"
 BAR, MARK_GLYPH = "\u2588", "\u00b7"  # full block; middle dot
 MIN_CHART = 10  # columns of time at the narrowest

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from lockrun.config import settings
+from lockrun.config import settings, values
+from lockrun.config.once import expand_once_key, once_key_for_period
 from lockrun.core import zones
 from lockrun.core.errors import BackendUnavailable, ConfigError, Report, UsageError
 
@@ -74,14 +75,14 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
 
     check_combinations(flags)
     argv = list(flags.command)
-    name = flags.name or settings.default_name(argv)
+    name = flags.name or values.default_name(argv)
     once, once_per = flags.once, flags.once_per
     # Only a key that depends on the time depends on a zone (README "One zone per name").
     time_derived = once_per is not None or (once is not None and zones.is_time_derived(once))
     zone = once_zone(flags, resolved) if time_derived else None
-    once_key = settings.expand_once_key(once, zone) if once is not None else None
+    once_key = expand_once_key(once, zone) if once is not None else None
     if once_per is not None:
-        once_key = settings.once_key_for_period(once_per, zone=zone)
+        once_key = once_key_for_period(once_per, zone=zone)
     replicas = replicas_for(resolved, flags.replicas)
     if not resolved.redis_url:
         refuse_a_lock_held_in_the_old_place(resolved, name, flags.slots)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
+from lockrun.core.defaults import DEFAULT_KILL_AFTER
 from lockrun.core.errors import BackendUnavailable, NothingTaken, Report
 from lockrun.system import host
 
@@ -80,7 +81,7 @@ class LeaseClient:
         wait: float | None,
         *,
         replace: bool = False,
-        kill_after: float = 10.0,
+        kill_after: float = DEFAULT_KILL_AFTER,
         interrupted: Callable[[], bool] = lambda: False,
         get_ready: Callable[[], None] = lambda: None,
     ) -> Lease | Holder | Duplicate:

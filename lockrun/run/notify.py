@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from lockrun import __version__
-from lockrun.config.settings import redact_endpoint
+from lockrun.config.values import redact_endpoint
 from lockrun.core.record import Status
 from lockrun.run.outcome import busy_message
 

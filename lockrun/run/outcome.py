@@ -15,6 +15,7 @@ import signal
 from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.core.clock import human_duration, seconds_since
+from lockrun.core.defaults import DEFAULT_KILL_AFTER
 from lockrun.core.errors import ExitCode
 from lockrun.core.record import Status
 
@@ -59,7 +60,7 @@ def command_outcome(
     *,
     preempted: bool = False,
     fencing_token: int | None = None,
-    kill_after: float = 10.0,
+    kill_after: float = DEFAULT_KILL_AFTER,
     backstop_error: str | None = None,
     output_tail: str | None = None,
     strays_note: str | None = None,

@@ -32,6 +32,7 @@ from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import iso_ago, utc_now_iso
+from lockrun.core.defaults import DEFAULT_BUSY_EXIT, DEFAULT_KILL_AFTER, DEFAULT_REMEMBER_S
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
@@ -71,11 +72,11 @@ class RunOptions(NamedTuple):
     ttl: float
     wait: float | None = 0.0  # None with --replace: the holder's TTL + --kill-after
     timeout: float | None = None
-    kill_after: float = 10.0
+    kill_after: float = DEFAULT_KILL_AFTER
     on_lost: str = "terminate"  # or "continue"
-    busy_exit_code: int = ExitCode.BUSY
+    busy_exit_code: int = DEFAULT_BUSY_EXIT
     once_key: str | None = None  # already strftime-expanded
-    remember: float = 30 * 86400.0
+    remember: float = DEFAULT_REMEMBER_S
     capture_tail: int | None = None  # bytes of combined output to keep; None: stdio inherited
     notify_urls: tuple[str, ...] = ()
     notify_on: tuple[str, ...] = ()

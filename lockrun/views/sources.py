@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockrun.config import settings
+from lockrun.core import defaults
 from lockrun.core.errors import BackendUnavailable
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def fleet_rows_in(resolved: settings.Settings, window: tl.Window, names: list[st
         rows: list[dict[str, Any]] = []
         every_name: list[str | None] = [None]
         for name in names or every_name:
-            rows += fleet.history(record, backend.holders, name, limit=settings.MAX_HISTORY_LIMIT, since_ms=since_ms)
+            rows += fleet.history(record, backend.holders, name, limit=defaults.MAX_HISTORY_LIMIT, since_ms=since_ms)
         return rows
 
     return read_fleet(resolved, read)

@@ -21,7 +21,7 @@ def parse_moment(text: str, what: str) -> float | datetime:
     and ISO 8601 dates and date-times (``2026-11-30``, ``2026-11-30 14:00``,
     ``2026-11-30T14:00:00Z``, ``...+01:00``); without an offset they are local time.
     """
-    from lockrun.config.settings import parse_duration  # settings is the home of every duration rule
+    from lockrun.config.values import parse_duration  # settings is the home of every duration rule
 
     value = str(text).strip()
     if value and value[-1] in "smhd" and value[:-1].replace(".", "", 1).isdigit():

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lockrun.backends.connect import call_timeout_for
-from lockrun.config import settings
+from lockrun.config import values
 from lockrun.core.clock import human_duration, iso_ago, parse_iso, seconds_since, utc_now_iso
 from lockrun.core.errors import UsageError
 from lockrun.run.capture import OutputTail
@@ -66,44 +66,44 @@ def test_the_bound_on_one_backend_call(ttl: float, configured: float | None, bou
 
 
 def test_durations_up_to_the_limit() -> None:
-    assert settings.parse_duration("36500d", "--since") == 36500 * 86400
-    assert settings.parse_min_hold("365d", "--min-hold") == 365 * 86400
+    assert values.parse_duration("36500d", "--since") == 36500 * 86400
+    assert values.parse_min_hold("365d", "--min-hold") == 365 * 86400
     for text in ("36501d", "1e9d", "9" * 400 + "d"):
         with pytest.raises(UsageError) as raised:
-            settings.parse_duration(text, "--since")
+            values.parse_duration(text, "--since")
         assert raised.value.exit_code == 2  # ExitCode.USAGE
     with pytest.raises(UsageError, match=r"^invalid --min-hold '366d': .* at most 365d$"):
-        settings.parse_min_hold("366d", "--min-hold")
+        values.parse_min_hold("366d", "--min-hold")
 
 
 def test_seconds_up_to_a_year() -> None:
-    assert settings.parse_seconds(" 31536000 ", "--ttl") == 31536000
+    assert values.parse_seconds(" 31536000 ", "--ttl") == 31536000
     with pytest.raises(UsageError, match=r"^invalid --ttl '31536001': expected a number of seconds, more than 0 and"
                                          r" at most 31536000 \(365 days\)$"):
-        settings.parse_seconds("31536001", "--ttl")
+        values.parse_seconds("31536001", "--ttl")
 
 
 @pytest.mark.parametrize("text,size", [("1", 1), ("512", 512), ("10k", 10240), ("10K", 10240), ("1m", 1 << 20),
                                        ("16m", 16 << 20), ("4kb", 4096), (" 2k ", 2048)])
 def test_sizes(text: str, size: int) -> None:
-    assert settings.parse_size(text, "--capture-tail") == size
+    assert values.parse_size(text, "--capture-tail") == size
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "17m", "16385k", "1g", "k", "", "1.5k", "99999999999999999999"])
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(UsageError, match=r"expected a size like 512, 10k or 1m \(at most 16m\)"):
-        settings.parse_size(text, "--capture-tail")
+        values.parse_size(text, "--capture-tail")
 
 
 @pytest.mark.parametrize("text,replicas", [("0", 0), ("2", 2), ("100", 100), ("all", "all"), (" ALL ", "all")])
 def test_replicas(text: str, replicas: int | str) -> None:
-    assert settings.parse_replicas(text, "--replicas") == replicas
+    assert values.parse_replicas(text, "--replicas") == replicas
 
 
 @pytest.mark.parametrize("text", ["101", "-1", "1.0", "every", "", "0x1", "1000000"])
 def test_bad_replicas(text: str) -> None:
     with pytest.raises(UsageError, match="expected a whole number from 0 to 100, or all"):
-        settings.parse_replicas(text, "--replicas")
+        values.parse_replicas(text, "--replicas")
 
 
 # -- the output tail ------------------------------------------------------------------------------

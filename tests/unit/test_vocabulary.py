@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lockrun.config.settings import NOTIFY_STATUSES
+from lockrun.config.values import NOTIFY_STATUSES
 from lockrun.core.record import FINAL_STATUSES, IN_PROGRESS, NOT_A_RUN, Status
 from lockrun.render.tables import STATUS_STYLES, STYLE_HEX
 

@@ -1,1 +1,6 @@
-"""TODO"""
+"""The Redis backend: the lease as Lua scripts (``scripts``, built from ``lua_parts``), the key
+names (``keys``), the client and its timeouts (``client``), replies read defensively
+(``replies``), holders as Redis describes them (``inspect``), the fleet record's read side
+(``fleet``), ``--replicas`` (``replicas``), the eviction check (``eviction``) and URLs (``url``).
+The only place redis-py is imported; knows nothing of the local backend.
+"""

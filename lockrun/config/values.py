@@ -1,0 +1,193 @@
+"""Parsers of single values, each with its documented range (README "Ranges"): lock names, run
+ids, seconds and durations, sizes, replicas, host names, notify statuses and URLs, output paths.
+A bad value raises UsageError (exit 2; 78 when it came from the config file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from lockrun.backends.values import ALL_REPLICAS
+from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL, days_text
+from lockrun.core.errors import UsageError
+from lockrun.core.record import FINAL_STATUSES, Status
+from lockrun.system.safefs import special_file
+
+NAME_RULE = (
+    "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
+)
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\-]{0,199}")
+_SECONDS_RE = re.compile(r"\d+(\.\d*)?|\.\d+")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+# --- single values ------------------------------------------------------------------
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise UsageError(f"invalid lock name {name!r}: use {NAME_RULE}")
+    return name
+
+
+_RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
+
+
+def validate_run_id(text: str) -> str:
+    """A run id or a prefix of it: 4 to 32 lower-case hex digits."""
+    if not _RUN_ID_RE.fullmatch(text):
+        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it (see lockrun history)")
+    return text
+
+
+def default_name(argv: list[str]) -> str:
+    """``cmd-`` + 12 hex of sha256 over the argv joined by NUL.
+
+    Joining by NUL (not space) keeps ``frob "a b"`` and ``frob a b`` apart.
+    """
+    digest = hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape"))
+    return "cmd-" + digest.hexdigest()[:12]
+
+
+def seconds_range(minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS) -> str:
+    """How --help and messages state a seconds option's range:
+    ``at least 1 and at most 31536000 (365 days)``."""
+    low = f"at least {minimum:g}" if minimum > 0 else ("0 or more" if allow_zero else "more than 0")
+    return f"{low} and at most {maximum:.0f} ({maximum / 86400:g} days)"
+
+
+def parse_seconds(
+    text: str, what: str, *, minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """A positive decimal number of seconds (``--wait`` also accepts 0), at most ``maximum``."""
+    text = str(text).strip()
+    value = float(text) if _SECONDS_RE.fullmatch(text) else math.nan
+    ok = (
+        math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
+    )
+    if not ok:
+        raise UsageError(
+            f"invalid {what} {text!r}: expected a number of seconds, {seconds_range(minimum, allow_zero, maximum)}"
+        )
+    return value
+
+
+def parse_duration(text: str, what: str, maximum: float = MAX_DURATION_S) -> float:
+    """A number with a unit: ``90s``, ``15m``, ``12h``, ``7d`` -> seconds, at most ``maximum``."""
+    match = _DURATION_RE.fullmatch(str(text).strip())
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)] if match else math.nan
+    if not (0 < seconds <= maximum):  # also false for NaN and for an infinity from too many digits
+        raise UsageError(
+            f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d),"
+            f" at most {days_text(maximum)}"
+        )
+    return seconds
+
+
+def parse_min_hold(text: str, what: str) -> float:
+    """``--min-hold``: a duration that keeps a lock taken, so no longer than a lease may be."""
+    return parse_duration(text, what, maximum=MAX_SECONDS)
+
+
+_HOST_RE = re.compile(r"[^\x00-\x20\x7f]{1,255}")
+
+
+def validate_host(text: str, what: str) -> str:
+    """A host name to filter on: 1 to 255 printable characters, no spaces."""
+    if not _HOST_RE.fullmatch(str(text)):
+        raise UsageError(f"invalid {what} {text!r}: expected a host name (1 to 255 printable characters, no spaces)")
+    return str(text)
+
+
+_SIZE_RE = re.compile(r"(\d+)([kKmM]?)[bB]?")
+
+
+def parse_size(text: str, what: str) -> int:
+    """``512``, ``10k``, ``1m`` (powers of 1024) -> bytes, 1 byte to 16 MiB."""
+    match = _SIZE_RE.fullmatch(str(text).strip())
+    size = int(match.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()] if match else 0
+    if not 0 < size <= MAX_TAIL:
+        raise UsageError(f"invalid {what} {text!r}: expected a size like 512, 10k or 1m (at most 16m)")
+    return size
+
+
+REPLICAS_RULE = f"a whole number from 0 to {MAX_REPLICAS}, or all"
+
+
+def parse_replicas(text: str | int, what: str) -> int | str:
+    """``--replicas``: how many Redis replicas must acknowledge the lock and each renewal.
+
+    0 (the default) waits for none; ``all`` for every replica in sync with the master.
+    """
+    value = str(text).strip().lower()
+    if value == ALL_REPLICAS:
+        return ALL_REPLICAS
+    if not re.fullmatch(r"[0-9]{1,6}", value) or int(value) > MAX_REPLICAS:
+        raise UsageError(f"invalid {what} {text!r}: expected {REPLICAS_RULE}")
+    return int(value)
+
+
+# What --notify-on may name: every final status a run can end in.
+NOTIFY_STATUSES = tuple(status.value for status in FINAL_STATUSES)
+DEFAULT_NOTIFY_ON = tuple(
+    status.value for status in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR)
+)
+
+
+def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:
+    """``failed,lost`` -> ("failed", "lost"); every name must be a final ledger status."""
+    statuses = tuple(part.strip() for part in str(text).split(",") if part.strip())
+    if not statuses or any(status not in NOTIFY_STATUSES for status in statuses):
+        raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_STATUSES)}")
+    return statuses
+
+
+def redact_endpoint(url: str) -> str:
+    """``https://hooks.example.com/…``: enough to tell endpoints apart, no secrets.
+
+    A webhook's query string and a ping URL's path (the check's UUID) are its
+    credentials, so neither is ever shown or stored.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<unparseable URL>"
+    return f"{parts.scheme}://{host}{port}/…"
+
+
+def validate_http_url(url: str, what: str) -> str:
+    """An http(s) URL with a host; the message never shows the URL's secrets."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"invalid {what} {redact_endpoint(url)!r}: expected an http:// or https:// URL")
+    return url
+
+
+# --- paths lockrun writes ----------------------------------------------------------------
+
+#: Config keys naming a file lockrun writes (and replaces by a rename): only a regular file may be there.
+OUTPUT_PATH_KEYS = ("ledger", "metrics_file")
+
+
+def output_path_problem(path: str, what: str, directories: bool = True) -> str | None:
+    """The one line refusing ``path`` as a file lockrun writes, when a device, FIFO or socket (or a
+    link to one; with ``directories``, a directory) is there, checked when it is parsed; else None.
+    lockrun would never write there, so saying it before the run beats a warning after it."""
+    kind = special_file(Path(path).expanduser(), directories=directories)
+    if kind is None:
+        return None
+    named = f"{what} {path}" if what else path
+    return (f"{named} is {kind}, not a regular file; lockrun writes only regular files there,"
+            " and never replaces anything else")

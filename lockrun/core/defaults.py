@@ -1,0 +1,62 @@
+"""Every default and every limit, written once (README "Ranges"; rq's ``defaults.py`` is the model).
+
+Parsers (``config/values``), the config file's schema, ``--help`` and the README's tables quote
+these; a default restated elsewhere is a bug waiting to happen.
+"""
+
+from __future__ import annotations
+
+from lockrun.core.errors import ExitCode
+
+# --- defaults -------------------------------------------------------------------------------
+
+DEFAULT_TTL = 60.0  # seconds of lease, renewed every TTL/3
+DEFAULT_PREFIX = "lockrun:"  # of every Redis key
+DEFAULT_KILL_AFTER = 10.0  # seconds between SIGTERM and SIGKILL when lockrun stops the command
+DEFAULT_BUSY_EXIT = ExitCode.BUSY.value  # 75, EX_TEMPFAIL: what a busy lock exits with (-E changes it)
+DEFAULT_REMEMBER = "30d"  # how long a --once key stays done
+DEFAULT_REMEMBER_S = 30 * 86400.0  # the same, in seconds
+DEFAULT_TIMELINE_WIDTH = 100  # `timeline` without a terminal or $COLUMNS
+# The fleet record's retention (README "One fleet, one memory"): per name, the newest runs kept
+# in its stream, and how long the record of a name outlives its last write.
+DEFAULT_FLEET_KEEP_RUNS = 1000
+DEFAULT_FLEET_KEEP_DAYS = 90
+
+# --- ranges: every number lockrun accepts has one, checked when it is parsed (exit 2, or 78 in a
+# config file). The README's "Ranges" table and --help quote these constants. ------------------
+
+#: The longest lease, --wait, --timeout, --kill-after and --min-hold: 365 days. A lease
+#: travels as milliseconds to Redis (PX), as a time_t to the backstop timer and as a
+#: timeout to thread and select waits; the last overflow at about 292 years on 64-bit
+#: Linux, so a year leaves room for every sum lockrun makes of them.
+MAX_SECONDS = 365 * 86400
+#: The longest --remember, history --since and prune --older-than: 100 years (36500d),
+#: well inside what ISO timestamps (year 9999) and Redis expiries can hold.
+MAX_DURATION_S = 36500 * 86400
+#: ledger_keep_days: 1 to 36500 (100 years).
+MAX_KEEP_DAYS = 36500
+#: socket_timeout / connect_timeout in the config: more than 0, at most 300 s (and a run
+#: caps them at TTL/3 anyway).
+MAX_CALL_TIMEOUT_S = 300
+#: history --limit: 1 to 1,000,000,000 rows.
+MAX_HISTORY_LIMIT = 1_000_000_000
+#: --slots: 1 to 10,000 holders.
+MAX_SLOTS = 10_000
+#: --capture-tail: at most 16 MiB of output kept.
+MAX_TAIL = 16 * 1024 * 1024
+#: --replicas: 0 to 100 (or all).
+MAX_REPLICAS = 100
+#: fleet_keep_runs and fleet_keep_days in the config file.
+MAX_FLEET_KEEP_RUNS = 1_000_000
+MAX_FLEET_KEEP_DAYS = 3650
+#: `timeline --width`: the narrowest that leaves ten columns of time, and the widest.
+TIMELINE_WIDTHS = (70, 1000)
+
+
+def days_text(seconds: float) -> str:
+    """A limit in days, as --help says it: ``365d``."""
+    return f"{seconds / 86400:g}d"
+
+
+MAX_DURATION_TEXT = days_text(MAX_DURATION_S)  # "36500d"
+MAX_MIN_HOLD_TEXT = days_text(MAX_SECONDS)  # "365d"
