@@ -15,7 +15,7 @@ containers, no permission, a threaded cgroup, a kernel without ``cgroup.kill``) 
 Moving a process between cgroups waits for an RCU grace period (one to two milliseconds on
 this project's machines, more on large ones, and it holds up every fork on the host meanwhile),
 so the move happens beside the run, not in front of the exec: an :class:`Adopter` thread, which
-the supervisor starts once the command has run for ``supervisor.ADOPT_AFTER`` (10 ms: a command
+the supervisor starts once the command has run for ``leftovers.ADOPT_AFTER`` (10 ms: a command
 that ends sooner never pays for it), makes the cgroup, moves the command's process, and then
 whatever it forked before its move landed, until a walk of lockrun's tree finds nobody outside
 (what is forked after a process' move is born inside). A lockrun SIGKILLed within that first

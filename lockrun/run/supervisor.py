@@ -41,21 +41,17 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 from lockrun.core.errors import CommandNotRunnable, ExitCode
 from lockrun.core.printable import printable
 from lockrun.run import descendants
+from lockrun.run.leftovers import Leftovers
 from lockrun.run.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
 from lockrun.run.watchdog import Watchdog
 
-if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER
+if TYPE_CHECKING:  # imported when first needed: only runs with --capture-tail use them
     from lockrun.run.capture import OutputTail, Pump
-    from lockrun.run.cgroup import Adopter, RunCgroup
-    from lockrun.run.strays import Strays
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
 FINAL_SWEEP_S = 0.01
-#: How long a command runs before it gets a cgroup of its own (cgroup.py): one that ends sooner
-#: (most of a busy crontab's) never pays for the cgroup or the grace period a move waits for.
-ADOPT_AFTER = 0.01
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -199,17 +195,9 @@ class Supervisor:
         self.killed = False
         self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
         self._tty_fd: int | None = None
-        # Whether lockrun sees what leaves the command's group: not under --keep-detached, without a
-        # subreaper or with a /proc of another PID namespace; then only the group is killed.
-        self.tracks_descendants = False
-        self._strays: Strays | None = None  # what the command left behind or that left its group, once there is any
         self._subreaper = False
-        self._reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
-        self.orphans_reaped = 0
-        self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
-        self.adopt_at: float | None = None  # when the command gets its cgroup (the main loop starts it)
+        self.leftovers = Leftovers(self.watchdog, clock)  # what leaves the command's group, and orphans
         self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
-        self._untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
 
     # -- spawning ---------------------------------------------------------------------
 
@@ -240,8 +228,8 @@ class Supervisor:
             # Before the fork: orphans of the command come back to lockrun, not to init.
             self._subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
             if not self._subreaper:
-                self._untracked = "PR_SET_CHILD_SUBREAPER was refused"
-        self._reaps_orphans = self._subreaper or os.getpid() == 1  # as PID 1, every orphan is ours
+                self.leftovers.untracked = "PR_SET_CHILD_SUBREAPER was refused"
+        self.leftovers.reaps_orphans = self._subreaper or os.getpid() == 1  # as PID 1, every orphan is ours
         self.watchdog.start()
         prctl = self._prctl or None
         parent = os.getpid()
@@ -269,9 +257,10 @@ class Supervisor:
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
         self.watchdog.arm(pid)
         if self._subreaper and descendants.proc_usable():
-            self.tracks_descendants = True
+            self.leftovers.tracks = True
         elif self._subreaper:
-            self._untracked = "/proc shows another PID namespace than lockrun's (unshare --pid without --mount-proc?)"
+            self.leftovers.untracked = ("/proc shows another PID namespace than lockrun's"
+                                        " (unshare --pid without --mount-proc?)")
 
     def spawn(self, extra_env: dict[str, str] | None = None) -> int:
         """Exec the command in the prepared process, its environment being ``env`` plus
@@ -299,8 +288,7 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
-        if self.tracks_descendants:
-            self.adopt_at = self._clock() + ADOPT_AFTER
+        self.leftovers.command_launched()
         if self._output_routes is not None and self.tail is not None:
             from lockrun.run.capture import Pump
 
@@ -322,13 +310,9 @@ class Supervisor:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         self.pid = self.pgid = None
-        self.tracks_descendants = False
+        self.leftovers.tracks = False
         self.signals.forward_to(None)
-        self._remove_cgroup()
-
-    def _remove_cgroup(self) -> None:
-        if self._adopter is not None:
-            self._adopter.close()
+        self.leftovers.remove_cgroup()
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -337,37 +321,23 @@ class Supervisor:
         if self.pgid is not None and self._command_exit is None:
             signal_group(self.pgid, signum)
 
-    def _skip(self) -> tuple[int | None, ...]:
-        return (self.watchdog.pid,)  # lockrun's child, not the command's
+    @property
+    def tracks_descendants(self) -> bool:
+        return self.leftovers.tracks
 
-    def _cgroup(self) -> RunCgroup | None:
-        return self._adopter.cgroup if self._adopter is not None else None
-
-    def _the_strays(self) -> Strays:
-        if self._strays is None:
-            from lockrun.run.strays import Strays
-
-            self._strays = Strays(os.getpid(), skip=self._skip, cgroup=self._cgroup)
-        return self._strays
+    @property
+    def adopt_at(self) -> float | None:
+        return self.leftovers.adopt_at
 
     def adopt_if_due(self) -> None:
         """Give the command a cgroup of its own once it has run for ADOPT_AFTER (cgroup.py), in a
         thread: called by the main loop, which wakes up for it."""
-        if self.adopt_at is None or self._clock() < self.adopt_at:
-            return
-        self.adopt_at = None
-        if self.pid is None or self._command_exit is not None:
-            return
-        from lockrun.run.cgroup import Adopter
-
-        self._adopter = Adopter(os.getpid(), self.pid, skip=self._skip, on_created=self.watchdog.arm_cgroup)
-        self._adopter.start()
+        self.leftovers.adopt_if_due(self.pid, self._command_exit is not None)
 
     def terminate_strays(self) -> None:
         """SIGTERM the descendants that have not had it: while the command runs, those that left
         its group (the group gets its own signal); once it has exited, all of them."""
-        if self.tracks_descendants:
-            self._the_strays().terminate(outside_pgid=self.pgid if self._command_exit is None else None)
+        self.leftovers.terminate(outside_pgid=self.pgid if self._command_exit is None else None)
 
     def terminate(self, kill_at: float) -> None:
         """SIGTERM the group (and what left it) now and SIGKILL it at ``kill_at`` (monotonic) if still there.
@@ -392,78 +362,34 @@ class Supervisor:
     def kill_if_due(self) -> None:
         if self.kill_at is not None and self._clock() >= self.kill_at:
             self._signal_group(signal.SIGKILL)
-            if self.tracks_descendants:
-                self._the_strays().kill()
+            self.leftovers.kill()
             self.killed = True
             self.kill_at = None  # nothing more to schedule: the loop now just waits for the exit
 
-    # -- what the command leaves behind -------------------------------------------------
+    # -- what the command leaves behind (leftovers.py) ------------------------------------
 
     def reap_orphans(self) -> None:
-        """Reap lockrun's children that have exited, except the command (its exit status is the
-        run's, taken by :meth:`command_exited` or :meth:`finish`): orphans re-parented to lockrun,
-        the subreaper or PID 1, would otherwise pile up as zombies while the command runs."""
-        if not self._reaps_orphans:
-            return
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid == 0:
-                return
-            if info.si_pid == self.pid and self._command_exit is None:
-                return  # the command: left for its own reaping, whatever else is waiting behind it
-            if info.si_pid == self.watchdog.pid:
-                self.watchdog.reap()  # somebody killed it: reaped through its Popen
-                continue
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.si_pid, 0)
-            self.orphans_reaped += 1
+        """Reap lockrun's exited children other than the command (whose exit status is the run's)."""
+        self.leftovers.reap_orphans(self.pid, self._command_exit is not None)
 
     def command_exited(self) -> int:
         """The command has exited: reap it, and SIGTERM (or, past the kill, SIGKILL) whatever it
         left behind, in its group or not. Returns how many processes are left to wait for."""
         assert self.pid is not None and self.tracks_descendants
         self._command_exit = self._reap_command()
-        if self._strays is not None:
-            left = self._strays.alive()
-        else:  # the usual case, nothing was ever found: one walk, and nothing more to import
-            left = [p for p in descendants.snapshot(os.getpid(), self._skip()) if p.state != "Z"]
-        if left:
-            strays = self._the_strays()
-            strays.record(left)
-            if self.killed:
-                strays.kill()
-            else:
-                self.terminate_strays()
-        return len(left)
+        return self.leftovers.after_command(self.killed)
 
     def strays_gone(self) -> bool:
         """True once nothing the command started is left (lockrun's own zombies reaped first)."""
-        if not self.tracks_descendants:
-            return True
-        self.reap_orphans()
-        if self._strays is None:
-            cgroup = self._cgroup()
-            return descendants.none_left(os.getpid(), self._skip()) and (cgroup is None or not cgroup.populated())
-        if self.killed:
-            self._strays.kill()  # anything forked while the last sweep went out
-        return self._strays.gone()
+        return self.leftovers.gone(self.killed, self.pid, self._command_exit is not None)
 
     def strays_note(self) -> str | None:
-        """The ledger note about what the command left behind, if it left anything (or why lockrun
-        could not look: then only the command's process group was stopped)."""
-        if self._strays is not None:
-            return self._strays.note()
-        if self._untracked and self.launched:
-            return f"only the command's process group was stopped: {self._untracked}"
-        return None
+        """The ledger note about what the command left behind (or why lockrun could not look)."""
+        return self.leftovers.note(self.launched)
 
     def _reap_command(self) -> ChildExit:
         assert self.pid is not None
-        if self._adopter is not None:
-            self._adopter.stop()  # once reaped, the command's pid may be reused: no more moves
+        self.leftovers.stop_adopting()  # once reaped, the command's pid may be reused: no more moves
         _, status = os.waitpid(self.pid, 0)
         # ... and its group id too, once the group is empty: signals to lockrun no longer go there.
         self.signals.forward_to(None)
@@ -490,11 +416,10 @@ class Supervisor:
             # anything left in the group would run on after the lock is released.
             self._signal_group(signal.SIGKILL)
             self._command_exit = self._reap_command()
-        if self.tracks_descendants:
-            while not self.strays_gone():
-                self._the_strays().kill()
-                time.sleep(FINAL_SWEEP_S)
-        self._remove_cgroup()
+        while not self.strays_gone():
+            self.leftovers.kill()
+            time.sleep(FINAL_SWEEP_S)
+        self.leftovers.remove_cgroup()
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
             self._pump.drain()
         if self._tty_fd is not None:
@@ -505,6 +430,6 @@ class Supervisor:
 
     def close(self) -> None:
         self._reap_unlaunched()
-        self._remove_cgroup()
+        self.leftovers.remove_cgroup()
         self.watchdog.disarm()
         self.signals.close()

@@ -69,8 +69,8 @@ class StraySupervisor(FakeSupervisor):
 
     def __init__(self, clock: FakeClock, strays: FakeStrays, **kwargs: object) -> None:
         super().__init__(clock, **kwargs)  # type: ignore[arg-type]
-        self.tracks_descendants = True
-        self._strays = strays
+        self.leftovers.tracks = True
+        self.leftovers._strays = strays
         self.pid = self.pgid = 4242
 
     def _reap_command(self):  # type: ignore[no-untyped-def]
