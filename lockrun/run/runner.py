@@ -40,9 +40,10 @@ from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
 from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome
-from lockrun.run.supervisor import Supervisor, check_runnable
+from lockrun.run.supervisor import Supervisor
 from lockrun.run.watch import watch
 
 if TYPE_CHECKING:

@@ -6,19 +6,16 @@
   even by SIGKILL. The death signal follows the *thread* that forked, so the
   command is spawned from the main thread, before the keeper thread exists (and a
   fork with other threads running is unsafe besides).
-- The launcher is forked ahead of time (:meth:`Supervisor.prepare`, while a waiter
-  waits): a hand-over then costs the acquire round trip and an exec, not a fork.
+- The launcher (launcher.py) is forked ahead of time (:meth:`Supervisor.prepare`, while a
+  waiter waits): a hand-over then costs the acquire round trip and an exec, not a fork.
 - A watchdog (watchdog.py) kills the command's whole group if lockrun dies: that
   covers grandchildren too.
 - The signal relay (signals.py) forwards SIGTERM, SIGINT and SIGHUP sent to lockrun
   to the group, and wakes the main loop through one self-pipe.
 - With ``--capture-tail`` the output goes through pipes and a pump (capture.py).
-- lockrun is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process the command
-  started and left (``setsid``, a double fork, ``nohup ... &``) is re-parented to lockrun,
-  not to init, so it stays within reach (strays.py). Where lockrun may, the command also
-  runs in a cgroup of its own (cgroup.py), which the watchdog kills whole if lockrun dies.
-- Orphans re-parented to lockrun are reaped as they exit (also as PID 1 of a container),
-  never the command itself: its exit status is the run's.
+- What the command leaves behind, or what leaves its group, is found, stopped and reaped
+  before the release (leftovers.py): lockrun is a child subreaper, and where it may the
+  command gets a cgroup of its own.
 - Stopping: SIGTERM, then SIGKILL at a deadline that can only come closer, for the group and
   for every descendant that left it; when the command exits, whatever it left behind gets the
   same schedule (the main loop, watch.py, runs it) and is reaped before the lock is released.
@@ -33,60 +30,23 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from lockrun.core.errors import CommandNotRunnable, ExitCode
-from lockrun.core.printable import printable
+from lockrun.core.errors import ExitCode
 from lockrun.run import descendants
+from lockrun.run.launcher import launch, load_prctl, read_all, spawn_error, write_all
 from lockrun.run.leftovers import Leftovers
-from lockrun.run.signals import FORWARDED_SIGNALS, SignalRelay, signal_group
+from lockrun.run.signals import SignalRelay, signal_group
 from lockrun.run.watchdog import Watchdog
 
 if TYPE_CHECKING:  # imported when first needed: only runs with --capture-tail use them
     from lockrun.run.capture import OutputTail, Pump
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
 FINAL_SWEEP_S = 0.01
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        return None
-
-
-def check_runnable(argv: list[str]) -> None:
-    """Fail early, before taking the lock, for a command that cannot be executed."""
-    if shutil.which(argv[0]):
-        return
-    program = printable(argv[0])  # named in one line: a newline or an escape in it is shown escaped
-    if "/" in argv[0]:
-        if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
-            raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
-        raise CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(folder or ".", argv[0])
-        if os.path.isfile(candidate):
-            raise CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
-    raise CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
-
-
-def _spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
-    program = printable(program)
-    if isinstance(exc, FileNotFoundError):
-        return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
-    return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)
 
 
 class ChildExit(NamedTuple):
@@ -99,70 +59,6 @@ class ChildExit(NamedTuple):
         if self.signal is not None:
             return ExitCode.SIGNAL_BASE + self.signal
         return self.returncode or 0
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _close_all_but(keep: set[int]) -> None:
-    """Close every descriptor from 3 up except ``keep``."""
-    start = 3
-    for fd in sorted(keep):
-        os.closerange(start, fd)
-        start = fd + 1
-    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
-
-
-def _launcher(
-    argv: list[str], program: str | None, base_env: dict[str, str], ctl_r: int, err_w: int,
-    prctl: Callable[..., int] | None, parent: int, tty_fd: int | None, output_fds: tuple[int | None, int | None] | None,
-) -> NoReturn:
-    """The command's process between fork and exec. Never returns.
-
-    Only fd 0-2, the control pipe and the error pipe stay open (with
-    ``output_fds``, stdout and stderr become those pipes); the signal
-    dispositions lockrun changed are reset, as subprocess does.
-    """
-    try:
-        os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:  # lockrun died before the death signal was armed
-                os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
-        signal.set_wakeup_fd(-1)
-        for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
-        if output_fds is not None:
-            for target, fd in ((1, output_fds[0]), (2, output_fds[1])):
-                if fd is not None:
-                    os.dup2(fd, target)
-        _close_all_but({ctl_r, err_w})
-        message = _read_all(ctl_r)
-        if not message:
-            os._exit(0)  # lockrun decided not to run the command
-        env = {**base_env, **json.loads(message)}
-        if tty_fd is not None:
-            with contextlib.suppress(OSError):
-                os.tcsetpgrp(tty_fd, os.getpid())  # SIGTTOU is still ignored here, as in lockrun
-        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
-        if program:
-            os.execve(program, argv, env)
-        os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        _write_all(err_w, f"{exc.errno or 0}:".encode())
-    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
-        _write_all(err_w, b"0:")
-    os._exit(ExitCode.NOT_FOUND)
 
 
 class Supervisor:
@@ -223,7 +119,7 @@ class Supervisor:
         if self.pid is not None:
             return
         if self._prctl is None:
-            self._prctl = _load_prctl() or False
+            self._prctl = load_prctl() or False
         if self._prctl and not self.keep_detached:
             # Before the fork: orphans of the command come back to lockrun, not to init.
             self._subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -245,7 +141,7 @@ class Supervisor:
             self._output_routes, output_fds = output_pipes()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
-            _launcher(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
+            launch(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
         os.close(ctl_r)
         os.close(err_w)
         for fd in {fd for fd in output_fds or () if fd is not None}:
@@ -270,7 +166,7 @@ class Supervisor:
         assert self.pid is not None and self.pgid is not None and self._ctl_w is not None and self._err_r is not None
         message = json.dumps(extra_env or {}).encode()
         with contextlib.suppress(OSError):  # the launcher died: the error pipe below says so
-            _write_all(self._ctl_w, message)
+            write_all(self._ctl_w, message)
         os.close(self._ctl_w)
         self._ctl_w = None
         if self._tty_candidate is not None:
@@ -279,14 +175,14 @@ class Supervisor:
                 self._tty_fd = self._tty_candidate
             except OSError:
                 pass
-        report = _read_all(self._err_r)  # EOF at a successful exec (the pipe is close-on-exec)
+        report = read_all(self._err_r)  # EOF at a successful exec (the pipe is close-on-exec)
         os.close(self._err_r)
         self._err_r = None
         if report:
             self._reap_unlaunched()
             self.watchdog.disarm()
             code = int(report.split(b":")[0] or 0)
-            raise _spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+            raise spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
         self.leftovers.command_launched()
         if self._output_routes is not None and self.tail is not None:
