@@ -9,19 +9,16 @@ every field is parsed with a range, and what cannot be used is named in ``Holder
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lockrun.core.clock import parse_iso, seconds_since
+from lockrun.core.clock import seconds_since
 from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS
+from lockrun.core.readers import Parsed, Unusable, as_command, as_machine_id, as_text, as_time, int_between
 from lockrun.core.record import Row
 
 if TYPE_CHECKING:
     from datetime import datetime
-
 
 # What a renewal found.
 RENEWED = "renewed"
@@ -112,89 +109,13 @@ FleetEvent = tuple[str, dict[object, object]]
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no process id is larger
 INT64_MAX = (1 << 63) - 1
 MAX_TTL_MS = 365 * 86400 * 1000  # settings.MAX_SECONDS: no lockrun lease is longer
-MAX_TEXT = 1024  # longer text fields are cut (a host name has at most 255 characters)
-_INTEGER_RE = re.compile(r"-?\d{1,40}")
+
+
 _TEXT_FIELDS = ("token", "run_id", "host", "boot_id")
 _TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until")
 NS_INODE_MAX = (1 << 32) - 1  # a namespace's inode is 32-bit
 _INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, INT64_MAX),
                "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX), "pid_ns": (1, NS_INODE_MAX)}
-_MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lower-case hex digits
-
-
-class _Unusable(ValueError):
-    """One field's value is not what lockrun writes there."""
-
-
-_Parsed = TypeVar("_Parsed")
-
-
-def _as_text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    if not isinstance(value, str):
-        raise _Unusable(f"a {type(value).__name__}, not text")
-    if len(value) > MAX_TEXT:
-        raise _Unusable(f"{len(value)} characters long")
-    return value or None
-
-
-def _as_int(value: object, low: int, high: int) -> int | None:
-    if isinstance(value, (bytes, str)):
-        text = _as_text(value)
-        if text is None:
-            return None  # an empty field: not known yet (child_pid before the first renewal)
-        if not _INTEGER_RE.fullmatch(text.strip()):
-            raise _Unusable(f"{text[:40]!r} is not a whole number")
-        value = int(text)
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    elif value is None:
-        return None
-    elif isinstance(value, bool) or not isinstance(value, int):
-        raise _Unusable(f"a {type(value).__name__}, not a whole number")
-    if not low <= value <= high:
-        raise _Unusable(f"{value} is outside {low}..{high}")
-    return value
-
-
-def _as_command(value: object) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, (bytes, str)):
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        try:
-            value = json.loads(text) if text else []
-        except (ValueError, RecursionError):
-            raise _Unusable("not a JSON list") from None
-    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
-        raise _Unusable("not a list of strings")
-    return [arg for arg in value if isinstance(arg, str)]  # all of them: a list[str] for the type checker
-
-
-def _int_between(low: int, high: int) -> Callable[[object], int | None]:
-    return lambda value: _as_int(value, low, high)
-
-
-def _as_time(value: object) -> str | None:
-    text = _as_text(value)
-    if text is not None and parse_iso(text) is None:
-        raise _Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
-    return text
-
-
-def _as_machine_id(value: object) -> str | None:
-    text = _as_text(value)
-    if text is not None and not _MACHINE_ID_RE.fullmatch(text):
-        raise _Unusable(f"{text[:40]!r} is not a machine id (32 hex digits)")
-    return text
-
-
-def written_by_others(what: str) -> str:
-    """A ``problem`` of a record lockrun did not write, as both backends word it."""
-    return f"{what}: written by something other than lockrun"
 
 
 class Holder(NamedTuple):
@@ -257,19 +178,19 @@ class Holder(NamedTuple):
         problems = [problem] if problem else []
         unusable: list[str] = []
 
-        def parsed(key: str, parse: Callable[[object], _Parsed], empty: _Parsed) -> _Parsed:
+        def parsed(key: str, parse: Callable[[object], Parsed], empty: Parsed) -> Parsed:
             try:
                 return parse(info.get(key))
-            except _Unusable as exc:
+            except Unusable as exc:
                 problems.append(f"{key}: {exc}")
                 unusable.append(key)
                 return empty
 
-        texts = {key: parsed(key, _as_text, None) for key in _TEXT_FIELDS}
-        times = {key: parsed(key, _as_time, None) for key in _TIME_FIELDS}
-        ints = {key: parsed(key, _int_between(low, high), None) for key, (low, high) in _INT_FIELDS.items()}
-        command: list[str] = parsed("command", _as_command, [])
-        machine: str | None = parsed("machine_id", _as_machine_id, None)
+        texts = {key: parsed(key, as_text, None) for key in _TEXT_FIELDS}
+        times = {key: parsed(key, as_time, None) for key in _TIME_FIELDS}
+        ints = {key: parsed(key, int_between(low, high), None) for key, (low, high) in _INT_FIELDS.items()}
+        command: list[str] = parsed("command", as_command, [])
+        machine: str | None = parsed("machine_id", as_machine_id, None)
         if token is not None:
             lock_token = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
             if texts["token"] is not None and texts["token"] != lock_token:

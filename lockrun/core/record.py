@@ -9,10 +9,11 @@ so :func:`row_from_fields` accepts anything and keeps only values of the right t
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
+
+from lockrun.core.readers import parse_bool, parse_command, parse_float, parse_int, text_of
 
 
 class Status(str, Enum):
@@ -85,64 +86,12 @@ LOST_AT_RELEASE_COUNT = "flag:lock_lost_at_release"
 # What a release script chooses between (the run's note and whether the lock was still its own):
 # the end of a row's JSON, after everything else (see row_json_parts).
 RELEASE_DECIDES = ("note", "lock_lost_at_release")
-Number = TypeVar("Number", int, float)
-# Redis integers are signed 64-bit; anything wider was not written by lockrun.
-INT_LIMIT = 2**63
+
+
 # A field longer than this was not written by lockrun either (errors and notes are one line).
 TEXT_LIMIT = 4096
 # The output tail kept in the fleet's ``last`` record (the ledger keeps what --capture-tail asked).
 FLEET_TAIL_BYTES = 4096
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _parsed_number(value: object, convert: Callable[[str], Number], limit: int) -> Number | None:
-    """``convert`` of a stored number's text (str or bytes, at most ``limit`` characters), else None."""
-    if not isinstance(value, (str, bytes)):
-        return None
-    text = _text(value).strip()
-    if not text or len(text) > limit:
-        return None
-    try:
-        return convert(text)
-    except (ValueError, RecursionError):  # deeply nested JSON raises the latter
-        return None
-
-
-def parse_int(value: object) -> int | None:
-    """An integer from a stored string, or None when it is not one lockrun could have written."""
-    if isinstance(value, bool):
-        return None
-    number = value if isinstance(value, int) else _parsed_number(value, int, 20)
-    return number if number is not None and -INT_LIMIT <= number < INT_LIMIT else None
-
-
-def parse_float(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    number = float(value) if isinstance(value, (int, float)) else _parsed_number(value, float, 40)
-    return number if number is not None and math.isfinite(number) else None
-
-
-def parse_command(value: object) -> list[str]:
-    """A JSON list of strings (an argv); anything else reads as an empty command."""
-    try:
-        parsed = json.loads(_text(value)) if isinstance(value, (str, bytes)) else value
-    except (ValueError, RecursionError):
-        return []
-    if not isinstance(parsed, list):
-        return []
-    return [item for item in parsed if isinstance(item, str)]
-
-
-def parse_bool(value: object) -> bool | None:
-    """``1``/``0`` as stored (or a JSON boolean); anything else reads as None."""
-    if isinstance(value, bool):
-        return value
-    text = _text(value).strip() if isinstance(value, (str, bytes)) else None
-    return {"1": True, "0": False}.get(text or "")
 
 
 def fields_from_row(row: Row, leave_out: tuple[str, ...] = ()) -> list[str]:
@@ -185,7 +134,7 @@ def row_json_parts(row: Row) -> tuple[str, str]:
 def fields_from_json(text: object) -> dict[str, object]:
     """The fields of a row kept as JSON (:func:`row_json`); anything unreadable is no fields."""
     try:
-        parsed = json.loads(_text(text)) if isinstance(text, (str, bytes)) else None
+        parsed = json.loads(text_of(text)) if isinstance(text, (str, bytes)) else None
     except (ValueError, RecursionError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
@@ -197,7 +146,7 @@ def row_from_fields(name: str, fields: Mapping[Any, object], backend: str = "red
     Unknown fields are dropped, values of the wrong type read as None, text is cut
     at TEXT_LIMIT: a hostile or broken record shows as a strange run, never as an error.
     """
-    raw = {_text(key): value for key, value in fields.items()}
+    raw = {text_of(key): value for key, value in fields.items()}
     row: Row = {}
     for field in ROW_FIELDS:
         value = raw.get(field)
@@ -214,7 +163,7 @@ def row_from_fields(name: str, fields: Mapping[Any, object], backend: str = "red
         elif field in BOOL_FIELDS:
             row[field] = parse_bool(value) if value is not None else None
         else:
-            row[field] = _text(value)[:TEXT_LIMIT] if value is not None else None
+            row[field] = text_of(value)[:TEXT_LIMIT] if value is not None else None
     if not row["status"]:
         row["status"] = "unknown"
     return row

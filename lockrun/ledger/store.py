@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.core.clock import seconds_since, utc_now_iso
 from lockrun.core.errors import LedgerError
-from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Status
+from lockrun.core.readers import sql_int, text_or_none
+from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Row, Status
 from lockrun.ledger.file import (
     BUSY_TIMEOUT_MS,
     FINISHED_RUN,
@@ -81,29 +82,14 @@ def _command_list(stored: object) -> list[str]:
     return [str(stored)] if stored not in (None, "") else []
 
 
-def _text_or_none(value: object) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-
-def _int_or_none(value: object) -> int | None:
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-#: A run as ``history --json`` shows it (PUBLIC_FIELDS; see _row_to_dict for each one's type).
-RunRow = dict[str, Any]
-
-
-def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> RunRow:
+def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
     """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
     ledger may have been written by anyone: every column is read back as the type it should be.
     With ``known_dead``, a running row whose lockrun process is gone reads as abandoned."""
-    item: RunRow = {key: _text_or_none(row[key]) for key in PUBLIC_FIELDS}
+    item: Row = {key: text_or_none(row[key]) for key in PUBLIC_FIELDS}
     for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token"):
-        item[key] = _int_or_none(row[key])
+        item[key] = sql_int(row[key])
     for key in ("duration_s", "waited_s"):
         seconds = row[key]
         item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
@@ -285,14 +271,14 @@ class Ledger:
 
     # -- reads --------------------------------------------------------------------------
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> list[RunRow]:
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         with self._connection() as db:
             return [_row_to_dict(row, self._known_dead) for row in db.execute(sql, params)]
 
     def history(
         self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None,
         host: str | None = None,
-    ) -> list[RunRow]:
+    ) -> list[Row]:
         """Newest first. ``since`` is an ISO timestamp; ``abandoned`` is derived, so it is filtered here."""
         where, params = [], []
         if name is not None:
@@ -314,7 +300,7 @@ class Ledger:
             return rows[:limit]
         return self._query(sql + " LIMIT ?", (*params, limit))
 
-    def find_run(self, run_id_prefix: str) -> tuple[RunRow, str | None] | None:
+    def find_run(self, run_id_prefix: str) -> tuple[Row, str | None] | None:
         """The run whose id starts with ``run_id_prefix``, and its output tail.
 
         Raises LedgerError when the prefix matches several runs.
@@ -358,11 +344,11 @@ class Ledger:
             rows = db.execute(sql + " ORDER BY started_at DESC LIMIT 500", params).fetchall()
         return [dict(zip(row.keys(), row, strict=True)) for row in rows]
 
-    def last_with_status(self, name: str, status: str) -> RunRow | None:
+    def last_with_status(self, name: str, status: str) -> Row | None:
         rows = self._query(_SELECT + " WHERE name = ? AND status = ? ORDER BY started_at DESC LIMIT 1", (name, status))
         return rows[0] if rows else None
 
-    def last_finished(self, name: str) -> RunRow | None:
+    def last_finished(self, name: str) -> Row | None:
         """The newest finished run of ``name``; skips and unlocks are not runs."""
         rows = self._query(
             _SELECT + f" WHERE name = ? AND {FINISHED_RUN}"

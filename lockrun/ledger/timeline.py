@@ -27,8 +27,8 @@ from lockrun.ledger.file import FINISHED_RUN, LIVENESS_COLUMNS, NOTABLE, rollbac
 #: The ledger's connection helper: the open database for one operation, SQLite errors translated.
 Connection = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 
-#: A row as SQLite gives it (plain tuples: several times cheaper than sqlite3.Row).
-Row = tuple[Any, ...]
+#: A row as SQLite gives it (plain tuples: several times cheaper than sqlite3.SqlRow).
+SqlRow = tuple[Any, ...]
 
 #: known_dead(host, boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
 #: certainly gone? The rule is the caller's (host.known_dead); storage only hands over what was
@@ -61,7 +61,7 @@ class Columns(NamedTuple):
     ends: list[str]  # a run without an end: as drawn (running: to the chart's now; abandoned: at its start)
     others: dict[Any, tuple[list[str], list[str]]]  # the runs that did not succeed, per status: starts, ends
     last_status: Any  # of the last run
-    marks: list[Row]  # (started_at, ended_at, status) of each skip that started in the window, by start
+    marks: list[SqlRow]  # (started_at, ended_at, status) of each skip that started in the window, by start
     median_s: float | None
     max_s: float | None
     as_written: bool  # every time as lockrun writes it (clock.ISO_FORMAT: 27 ASCII characters)
@@ -77,7 +77,7 @@ def open_sql(columns: str, host_filter: str) -> str:
     )
 
 
-def open_status(row: Row, width: int, known_dead: KnownDead | None) -> Any:
+def open_status(row: SqlRow, width: int, known_dead: KnownDead | None) -> Any:
     """A ``running`` row (of ``open_sql``) whose lockrun process is gone is ``abandoned``: it will
     never finish. ``width``: the columns before the liveness ones."""
     if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 6]):
@@ -85,7 +85,7 @@ def open_status(row: Row, width: int, known_dead: KnownDead | None) -> Any:
     return row[2]
 
 
-def rows(db: sqlite3.Connection, cursor: sqlite3.Cursor, sql: str, params: dict[str, Any]) -> list[Row]:
+def rows(db: sqlite3.Connection, cursor: sqlite3.Cursor, sql: str, params: dict[str, Any]) -> list[SqlRow]:
     """All rows of a query; text that is not UTF-8 (a row someone else wrote) is read with
     replacement characters instead of failing the whole query."""
     try:
@@ -102,7 +102,7 @@ def rows(db: sqlite3.Connection, cursor: sqlite3.Cursor, sql: str, params: dict[
 
 def plain_cursor(db: sqlite3.Connection) -> sqlite3.Cursor:
     cursor = db.cursor()
-    cursor.row_factory = None  # plain tuples: several times cheaper than sqlite3.Row
+    cursor.row_factory = None  # plain tuples: several times cheaper than sqlite3.SqlRow
     return cursor
 
 
@@ -177,7 +177,7 @@ class LedgerTimeline:
     def window(
         self, since: str, until: str, names: list[str] | None = None, *, host: str | None = None,
         with_host: bool = False, detail: bool = False,
-    ) -> Iterator[tuple[str, list[Row], list[Row]]]:
+    ) -> Iterator[tuple[str, list[SqlRow], list[SqlRow]]]:
         """(name, runs, skips) of each lock name with a row in [since, until), one name at a time.
 
         ``since`` and ``until`` are ISO timestamps. Runs and skips are plain tuples in the field
@@ -207,7 +207,7 @@ class LedgerTimeline:
             for name in all_names:
                 params = {"name": name, "since": since, "until": until, "host": host}
                 runs = rows(db, cursor, finished_sql, params)
-                skips: list[Row] = []
+                skips: list[SqlRow] = []
                 is_skip = list(map(NOT_A_RUN.__contains__, map(itemgetter(2), runs)))
                 if any(is_skip):
                     skips = [row for row in compress(runs, is_skip) if row[0] >= since]
@@ -330,10 +330,10 @@ class LedgerTimeline:
         values = [merged[k - offset] for k in wanted]
         return values[0] if len(values) == 1 else (values[0] + values[1]) / 2, max(top + tail)
 
-    def runs_started_at(self, name: str, starts: list[str], host: str | None = None) -> list[Row]:
+    def runs_started_at(self, name: str, starts: list[str], host: str | None = None) -> list[SqlRow]:
         """The runs (skips aside) of ``name`` that started at one of ``starts``, as
         ``window(detail=True)`` gives them: the SVG's tooltips of runs drawn without their rows."""
-        found: list[Row] = []
+        found: list[SqlRow] = []
         host_filter = " AND host = ?" if host is not None else ""
         with self._connection() as db:
             cursor = plain_cursor(db)

@@ -6,11 +6,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lockrun.core.clock import human_duration, seconds_since
 from lockrun.core.printable import printable
-from lockrun.core.record import Status
+from lockrun.core.record import Row, Status
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from lockrun.views.status import LockEntry
 
 #: A run as ``history --json`` prints it (README, "Ledger fields").
-Row = dict[str, Any]
 
 STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG

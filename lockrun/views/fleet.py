@@ -23,7 +23,8 @@ from lockrun.backends.protocol import FleetSource
 from lockrun.backends.values import FleetEvent, Holder, PageRequest
 from lockrun.core.clock import parse_iso
 from lockrun.core.errors import FleetReadError
-from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, parse_int, row_from_fields
+from lockrun.core.readers import parse_int, text_of
+from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, row_from_fields
 from lockrun.ledger.metrics import JobFacts
 
 FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
@@ -38,12 +39,8 @@ Source = FleetSource
 HoldersOf = Callable[[list[str]], list[Holder]]
 
 
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _decoded(fields: Mapping[object, object] | None) -> dict[str, object]:
-    return {_text(key): value for key, value in (fields or {}).items()}
+    return {text_of(key): value for key, value in (fields or {}).items()}
 
 
 def id_ms(entry_id: str) -> int:
@@ -91,8 +88,8 @@ class StreamRows:
             self.exhausted = True
         for entry_id, raw in events:
             fields = _decoded(raw)
-            kind = _text(fields.get("event", ""))
-            run_id = _text(fields.get("run_id", ""))
+            kind = text_of(fields.get("event", ""))
+            run_id = text_of(fields.get("run_id", ""))
             if not run_id:
                 continue  # not an event lockrun wrote
             if kind == "end":
@@ -156,7 +153,7 @@ class Judge:
             self._holding[name] = {h.run_id for h in self._holders_of([name]) if h.run_id}
         for _, raw in self._source.after(name, entry.open_at):
             fields = _decoded(raw)
-            if _text(fields.get("event", "")) == "end" and _text(fields.get("run_id", "")) == run_id:
+            if text_of(fields.get("event", "")) == "end" and text_of(fields.get("run_id", "")) == run_id:
                 return row_from_fields(name, fields)
         return {**entry.row, "status": Status.RUNNING if run_id in self._holding[name] else Status.ABANDONED}
 
@@ -217,16 +214,16 @@ def find_run(
     """The run whose id starts with ``run_id_prefix``: its row, its output tail if ``last``
     still holds it, and its events (oldest first). Raises FleetReadError for an ambiguous prefix."""
     matches = source.find_run(source.names(("runs",)), run_id_prefix)
-    runs = {(name, _text(_decoded(fields).get("run_id", ""))) for name, events, _ in matches for _, fields in events}
+    runs = {(name, text_of(_decoded(fields).get("run_id", ""))) for name, events, _ in matches for _, fields in events}
     if not runs:
         return None
     if len(runs) > 1:
         raise FleetReadError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
     name, events, last = matches[0]
     events = sorted(events, key=lambda event: tuple(int(part) if part.isdigit() else 0 for part in event[0].split("-")))
-    end = next((fields for _, fields in reversed(events) if _text(_decoded(fields).get("event", "")) == "end"), None)
+    end = next((fields for _, fields in reversed(events) if text_of(_decoded(fields).get("event", "")) == "end"), None)
     start = next(((entry_id, fields) for entry_id, fields in events
-                  if _text(_decoded(fields).get("event", "")) == "start"), None)
+                  if text_of(_decoded(fields).get("event", "")) == "start"), None)
     if end is not None:
         row = row_from_fields(name, _decoded(end))
     elif start is not None:
@@ -235,10 +232,10 @@ def find_run(
     else:
         return None
     last_fields = _decoded(last)
-    tail = _text(last_fields["output_tail"]) if "output_tail" in last_fields else None
-    if tail is not None and _text(last_fields.get("run_id", "")) != row["run_id"]:
+    tail = text_of(last_fields["output_tail"]) if "output_tail" in last_fields else None
+    if tail is not None and text_of(last_fields.get("run_id", "")) != row["run_id"]:
         tail = None
-    listed = [{"event": _text(_decoded(fields).get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)}
+    listed = [{"event": text_of(_decoded(fields).get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)}
               for entry_id, fields in events]
     return row, tail, listed
 
@@ -262,7 +259,7 @@ def facts(source: Source) -> list[JobFacts]:
     for name in names:
         row, success_at = lasts.get(name, (None, None))
         last_fields = fields_from_json(row)
-        success = _text(success_at) if success_at is not None else None
+        success = text_of(success_at) if success_at is not None else None
         counts, flags = {}, {}
         for status, value in _decoded(counted.get(name, {})).items():
             number = parse_int(value)

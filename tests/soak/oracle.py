@@ -258,11 +258,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 out.leases.append(pending)
                 pending = None
             elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
-                lease = current.get(lock_name(key, prefix, "info"))
-                if lease is not None and lease.fencing_token is None:
-                    fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
-                    lease.fencing_token = int(fields["fencing_token"])
-                    lease.run_id = fields.get("run_id")
+                note_holder(current.get(lock_name(key, prefix, "info")), args)
             elif verb == "PEXPIRE" and name:
                 token = script_token(context)
                 lease = current.get(name)
@@ -296,6 +292,15 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
 #: A replica's copy of a reset carries the master's absolute expiry (PXAT, PEXPIREAT): the
 #: master's clock when the script ran plus the TTL, a few ms from the MONITOR timestamp at most.
 COPY_SLACK_MS = 10
+
+
+def note_holder(lease: ServerLease | None, args: list[str]) -> None:
+    """The fencing token and run id a grant's ``HSET info`` wrote, the first time (renewals
+    rewrite only the heartbeat), for both replays."""
+    if lease is not None and lease.fencing_token is None:
+        fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
+        lease.fencing_token = int(fields["fencing_token"])
+        lease.run_id = fields.get("run_id")
 
 
 def _script_token(args: list[str]) -> str | None:
@@ -436,11 +441,7 @@ def reconstruct_across(streams: list[tuple[int, str, list[str]]], prefix: str = 
                 out.leases.append(pending)
                 pending = None
             elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
-                lease = current.get(lock_name(key, prefix, "info"))
-                if lease is not None and lease.fencing_token is None:
-                    fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
-                    lease.fencing_token = int(fields["fencing_token"])
-                    lease.run_id = fields.get("run_id")
+                note_holder(current.get(lock_name(key, prefix, "info")), args)
             elif verb == "PEXPIRE" and name:
                 lease = by_token.get(token)
                 if lease is None or lease.name != name:

@@ -22,8 +22,9 @@ from urllib.parse import unquote
 
 from lockrun.backends.local.files import HASHED, LOCK_SUFFIX, SLOT_MARK, LockFiles, file_name, lock_holder_pid
 from lockrun.backends.local.records import LockRecords, cooling, read_description
-from lockrun.backends.values import Holder, written_by_others
+from lockrun.backends.values import Holder
 from lockrun.core.errors import BackendUnavailable
+from lockrun.core.readers import written_by_others
 from lockrun.system import host
 from lockrun.system.safefs import UnsafePath, open_regular
 

@@ -24,7 +24,8 @@ from lockrun.backends.redis.client import RedisConnection
 from lockrun.backends.redis.keys import SCAN_BATCH, LockKeys, lock_keys, scan_names
 from lockrun.backends.redis.replies import expiry_s, int_or_none, is_utf8, pairs, text
 from lockrun.backends.redis.scripts import READ_LOCKS_SCRIPT
-from lockrun.backends.values import Holder, written_by_others
+from lockrun.backends.values import Holder
+from lockrun.core.readers import written_by_others
 
 #: What a key that is not lockrun's own says in ``status`` and on a busy skip.
 NO_EXPIRY = written_by_others("the lock key has no expiry (lockrun always sets one)")
