@@ -123,9 +123,10 @@ end
 # cannot tell (INFO refused, e.g. by an ACL; no maxmemory_policy line): every other policy,
 # allkeys-* and volatile-* alike, may evict lockrun's keys, which all have a TTL.
 #
-# zone_conflict(key, zone): the time zone recorded for the name's --once periods when it is
-# not ``zone`` (a string), or {kind} when the key is not a string at all; nil when they agree
-# or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
+# zone_conflict(key, zone): {'string', first 65 bytes, length} of the time zone recorded for
+# the name's --once periods when it is not ``zone`` (a record of any size costs the reply 65
+# bytes), or {kind} when the key is not a string at all; nil when they agree or nothing is
+# recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
 # to live. No key (a run whose --once key does not depend on the time): nothing to check.
 ACQUIRE_CHECKS_LUA = """
 local function info_field(info, name, pattern)
@@ -153,7 +154,7 @@ local function zone_conflict(key, zone)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then return {kind} end
   local recorded = redis.call('GET', key)
-  if recorded and recorded ~= zone then return recorded end
+  if recorded and recorded ~= zone then return {'string', string.sub(recorded, 1, 65), #recorded} end
   return nil
 end
 local function keep_zone(key, zone, keep_ms)
@@ -164,8 +165,8 @@ local function refused(evicts, allowed)
   return nil
 end
 local function refused_zone(conflict)
-  if type(conflict) == 'table' then return {-4, conflict[1]} end
-  return {-3, conflict}
+  if conflict[1] ~= 'string' then return {-4, conflict[1]} end
+  return {-3, conflict[2], conflict[3]}
 end
 local function evicting_policy(evicts)
   if not evicts then return '' end
@@ -210,8 +211,8 @@ end
 # dropped; evicting: the policy of a server that may evict and was allowed to, '?' when it could
 # not tell, else ''); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
 # given straight back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory,
-# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone} when the name's
-# --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
+# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the
+# name's --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
 # {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
@@ -314,7 +315,7 @@ return 0
 # done[, once_tz]]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, allow_eviction, zone,
 # remember_ms, then info field/value pairs.
 # Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
-# another N (1: as a plain lock); {-2, ...}, {-3, zone} and {-4, kind} as the plain acquire;
+# another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
 SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
