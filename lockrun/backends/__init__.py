@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from lockrun.clock import parse_iso, seconds_since
+from lockrun.clock import age_s, parse_iso
 from lockrun.record import Row
 
 if TYPE_CHECKING:
@@ -297,14 +297,14 @@ class Holder(NamedTuple):
             ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
             cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
             foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
-            heartbeat_age_s=seconds_since(times["heartbeat_at"], now) if now is not None else None,
+            heartbeat_age_s=age_s(times["heartbeat_at"], now) if now is not None else None,
         )
 
     def with_age(self, now: datetime | None) -> Holder:
         """This holder with its heartbeat's age as of ``now``, on the clock that stamped the
         heartbeat: for Redis the server's TIME, read in the same inspection, never this host's
         clock. ``now`` None (that clock could not be read): no age, so no judgement by it."""
-        age = seconds_since(self.heartbeat_at, now) if now is not None else None
+        age = age_s(self.heartbeat_at, now) if now is not None else None
         return self._replace(heartbeat_age_s=age)
 
     def with_problem(self, problem: str | None) -> Holder:
