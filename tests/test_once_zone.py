@@ -339,6 +339,27 @@ def test_the_posix_and_right_copies_of_a_zone_are_that_zone(backend, env, local_
         assert redis_server_value(env, "lockrun:{copies}:once_tz") == b"Asia/Jakarta"
 
 
+@pytest.mark.parametrize("backend", ["redis", "local"])
+def test_a_zone_recorded_by_its_posix_name_is_that_zone(backend, env, local_env, redis_server):
+    """A lockrun from before posix/ZONE was made ZONE recorded ``posix/Asia/Jakarta``: this version,
+    which computes ``Asia/Jakarta``, agrees with it and records the one name."""
+    environment = env if backend == "redis" else local_env
+    if backend == "redis":
+        redis_server.client().set("lockrun:{legacy}:once_tz", "posix/Asia/Jakarta", px=3_600_000)
+    else:
+        once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "legacy"
+        once_dir.mkdir(parents=True, mode=0o700)
+        once_dir.parent.chmod(0o700)
+        (once_dir / "~zone").write_text(f"{time.time() + 3600!r} posix/Asia/Jakarta\n")
+        (once_dir / "~zone").chmod(0o600)
+    result = run_lockrun(environment, "-n", "legacy", "--tz", "Asia/Jakarta", "--once-per", "hour", "--", "true")
+    assert (result.returncode, result.stderr) == (0, "")
+    if backend == "redis":
+        assert redis_server.client().get("lockrun:{legacy}:once_tz") == b"Asia/Jakarta"
+    else:
+        assert (once_dir / "~zone").read_text().split()[1] == "Asia/Jakarta"
+
+
 def redis_server_value(env: dict, key: str) -> bytes | None:
     import redis
 
