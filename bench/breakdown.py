@@ -35,7 +35,7 @@ from lockrun import backends
 from lockrun.run import journal as J
 from lockrun.run import supervisor as S
 from lockrun.run import watchdog as W
-from lockrun.backends import redis as BR
+from lockrun.backends.redis import backend as BR
 spent = {}
 def timed(owner, name, label):
     original = getattr(owner, name)

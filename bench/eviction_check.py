@@ -21,7 +21,7 @@ import redis
 from common import ROOT, RedisServer, machine, percentile, table, write_json
 
 sys.path.insert(0, str(ROOT))
-from lockrun.backends import redis_scripts  # noqa: E402
+from lockrun.backends.redis import scripts as redis_scripts  # noqa: E402
 from lockrun.backends.redis.backend import RedisBackend  # noqa: E402
 
 SHIPPED = redis_scripts.ACQUIRE_SCRIPT

@@ -442,6 +442,76 @@ def test_the_runs_cgroup_is_removed_after_the_run(any_env, tmp_path):
     assert cgroup_dirs(path) and not any(d.exists() for d in cgroup_dirs(path))
 
 
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def run_cgroup_of_child(lockrun_pid: int, command: str) -> Path | None:
+    """The run's cgroup directory of lockrun ``lockrun_pid``'s child running ``command``, once it is in one."""
+    for child in children_of(lockrun_pid):
+        try:
+            if Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0] != command.encode():
+                continue
+        except OSError:
+            continue
+        if "/lockrun-" in cgroup_of(child):
+            return next((d for d in cgroup_dirs(cgroup_of(child)) if d.exists()), None)
+    return None
+
+
+def test_a_later_run_sweeps_the_empty_cgroups_dead_lockruns_left(any_env, tmp_path):
+    """lockrun as PID 1 of a PID namespace, SIGKILLed: the kernel kills its watchdog with it, and
+    its emptied cgroup stays. The next run that makes a cgroup removes it (cgroup.sweep), and leaves
+    a live lockrun's cgroup and one that still has a process alone."""
+    from lockrun.run import cgroup as cgroups
+
+    if not cgroup_available():
+        pytest.fail("this test needs a writable cgroup v2 (root, or a delegated subtree), as CI has")
+    if shutil.which("unshare") is None:
+        pytest.fail("this test needs unshare (util-linux)")
+    container = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *lockrun_argv("-n", "pid1", "--",
+                                  "sleep", "60")], env=any_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+    live = spawn_lockrun(any_env, "-n", "alive", "--", "sleep", "60")
+    stray = None
+    try:
+        wait_until(lambda: children_of(container.pid), what="unshare to fork")
+        (pid1,) = children_of(container.pid)  # lockrun, PID 1 of the namespace
+        wait_until(lambda: run_cgroup_of_child(pid1, "sleep"), what="the PID 1 lockrun's cgroup")
+        dead = run_cgroup_of_child(pid1, "sleep")
+        wait_until(lambda: run_cgroup_of_child(live.pid, "sleep"), what="the live lockrun's cgroup")
+        alive = run_cgroup_of_child(live.pid, "sleep")
+        assert dead is not None and alive is not None and dead.name.startswith("lockrun-1-")
+        # A lockrun-* cgroup nobody holds that still has a process in it: never removed.
+        populated = dead.parent / f"lockrun-999999-{os.urandom(4).hex()}"
+        populated.mkdir()
+        stray = subprocess.Popen(["sleep", "60"])
+        (populated / "cgroup.procs").write_text(str(stray.pid))
+        os.kill(pid1, signal.SIGKILL)
+        container.wait(30)
+        wait_until(lambda: "populated 0" in (dead / "cgroup.events").read_text(), what="the dead run's cgroup to empty")
+        time.sleep(0.5)
+        assert dead.exists()  # the leftover: nobody is there to remove it
+        time.sleep(max(0.0, dead.stat().st_ctime + cgroups.SWEEP_AFTER + 0.2 - time.time()))
+        second = run_lockrun(any_env, "-n", "second", "--", "sleep", "1")
+        assert (second.returncode, second.stderr) == (0, "")
+        assert not dead.exists()
+        assert alive.exists() and live.poll() is None and run_cgroup_of_child(live.pid, "sleep") == alive
+        assert populated.exists() and stray.poll() is None
+    finally:
+        for proc in (container, live, stray):
+            if proc is not None and proc.poll() is None:
+                proc.terminate() if proc is live else proc.kill()
+                proc.wait(30)
+        if stray is not None:
+            wait_until(lambda: "populated 0" in (populated / "cgroup.events").read_text(), what="the stray to go")
+            populated.rmdir()
+
+
 # --- what the kernel may refuse ------------------------------------------------------------------
 
 

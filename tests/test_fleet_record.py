@@ -321,7 +321,7 @@ def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path
 
 
 def test_show_fleet_pages_through_long_streams(redis_server, monkeypatch):
-    from lockrun.backends import redis_fleet
+    from lockrun.backends.redis import fleet as redis_fleet
     from lockrun.backends.redis.backend import RedisBackend
     from lockrun.backends.values import FleetRecord, Lease
     from lockrun.views import fleet

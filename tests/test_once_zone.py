@@ -157,7 +157,7 @@ def test_a_long_run_keeps_the_zone_as_long_as_the_key_it_marks(env, redis_server
     (["--tz", "/etc/passwd"], {}, 2, "unknown time zone"),
     (["--tz", "../../etc/passwd"], {}, 2, "unknown time zone"),
     (["--tz", "localtime"], {}, 2, "unknown time zone"),
-    (["--tz", "right/UTC"], {}, 2, "unknown time zone"),
+    (["--tz", "posix/localtime"], {}, 2, "unknown time zone"),
     (["--tz", "x" * 5000], {}, 2, "..."),
     ([], {"LOCKRUN_TZ": "Nowhere"}, 2, "LOCKRUN_TZ"),
     (["--once-per", "day"], {"TZ": "JST-9"}, 2, "cannot name this host's local time zone (TZ='JST-9'"),
@@ -202,7 +202,8 @@ def test_a_zone_record_written_by_someone_else(env, redis_server):
     assert "lockrun:{odd}:once_tz is a hash" in wrong_type.stderr and "DEL" in wrong_type.stderr
     client.set("lockrun:{odd2}:once_tz", "\x1b[31mevil\n" + "z" * 500)
     garbage = run_lockrun(env, "-n", "odd2", "--once-per", "day", "--", "true")
-    assert garbage.returncode == 2 and garbage.stderr.count("\n") == 1 and "\x1b" not in garbage.stderr
+    # No zone lockrun could have recorded: data it did not write, as the hash is (README "One zone per name").
+    assert garbage.returncode == 69 and garbage.stderr.count("\n") == 1 and "\x1b" not in garbage.stderr
     assert len(garbage.stderr) < 600
 
 
@@ -256,3 +257,110 @@ def test_periods_in_a_zone(zones_here):
     assert expand_once_key("plain") == "plain"
     assert zones_here.is_time_derived("r-%Y") and not zones_here.is_time_derived("plain")
     assert not zones_here.is_time_derived("100%%")
+
+
+# --- zone records written by someone else: one line, exit 69 on both backends ------------------------
+
+HUGE = "a" * 100_000
+
+
+@pytest.mark.parametrize("value", [b"", b"\xff\xfe", HUGE.encode(), b"Mars/Olympus", b"\x1b[31mevil\nzone",
+                                   b"list"], ids=["empty", "binary", "huge", "unknown", "escapes", "list"])
+def test_a_redis_zone_record_that_is_not_ours_is_refused(env, redis_server, tmp_path, value):
+    client = redis_server.client()
+    key = "lockrun:{foreign}:once_tz"
+    if value == b"list":
+        client.rpush(key, "UTC")
+    else:
+        client.set(key, value)
+    ran = tmp_path / "ran"
+    refused = run_lockrun(env, "-n", "foreign", "--once-per", "day", "--", "touch", str(ran))
+    assert refused.returncode == 69 and refused.stderr.count("\n") == 1, refused.stderr
+    assert key in refused.stderr and f"redis-cli DEL '{key}'" in refused.stderr
+    assert "Traceback" not in refused.stderr and "\x1b" not in refused.stderr and len(refused.stderr) < 600
+    assert not ran.exists()
+    client.delete(key)  # the fix the line names
+    assert run_lockrun(env, "-n", "foreign", "--once-per", "day", "--", "touch", str(ran)).returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["binary", "one-field", "huge", "unknown", "no-newline", "directory", "fifo"])
+def test_a_local_zone_record_that_is_not_ours_is_refused(local_env, tmp_path, kind):
+    once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "foreign"
+    assert run_lockrun(local_env, "-n", "foreign", "--once-per", "day", "--", "true").returncode == 0
+    zone_file = once_dir / "~zone"
+    expires = zone_file.read_text().split()[0]
+    zone_file.unlink()
+    contents = {"binary": b"\xff\xfe", "one-field": f"{expires}\n".encode(), "huge": HUGE.encode(),
+                "unknown": f"{expires} Mars/Olympus\n".encode(), "no-newline": f"{expires} UTC".encode()}
+    if kind == "directory":
+        zone_file.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(zone_file, 0o600)
+    else:
+        zone_file.write_bytes(contents[kind])
+        zone_file.chmod(0o600)
+    for done in once_dir.iterdir():
+        if done.name != "~zone":
+            done.unlink()  # the day's mark: the run must get as far as the zone
+    ran = tmp_path / "ran"
+    refused = run_lockrun(local_env, "-n", "foreign", "--once-per", "day", "--", "touch", str(ran), timeout=20)
+    assert refused.returncode == 69 and refused.stderr.count("\n") == 1, refused.stderr
+    assert str(zone_file) in refused.stderr and f"rm -r '{zone_file}'" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr) < 600
+    assert not ran.exists()
+    shutil.rmtree(zone_file) if kind == "directory" else zone_file.unlink()
+    assert run_lockrun(local_env, "-n", "foreign", "--once-per", "day", "--", "touch", str(ran)).returncode == 0
+
+
+def test_an_empty_local_zone_record_is_one_just_created(local_env):
+    """lockrun creates ``~zone`` empty and writes it under its flock: an empty one (a run stopped in
+    between) records nothing, and the next run records its zone."""
+    once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "fresh"
+    once_dir.mkdir(parents=True, mode=0o700)
+    once_dir.parent.chmod(0o700)
+    (once_dir / "~zone").touch(mode=0o600)
+    assert run_lockrun({**local_env, "TZ": "UTC"}, "-n", "fresh", "--once-per", "day", "--", "true").returncode == 0
+    assert (once_dir / "~zone").read_text().split()[1] == "UTC"
+
+
+@pytest.mark.parametrize("backend", ["redis", "local"])
+def test_the_posix_and_right_copies_of_a_zone_are_that_zone(backend, env, local_env):
+    environment = env if backend == "redis" else local_env
+    job = ["--once-per", "hour", "--", "true"]
+    first = run_lockrun(environment, "-n", "copies", "--tz", "Asia/Jakarta", *job)
+    assert first.returncode == 0, first.stderr
+    for other in (["--tz", "posix/Asia/Jakarta"], ["--tz", "right/Asia/Jakarta"]):
+        again = run_lockrun(environment, "-n", "copies", *other, *job)
+        assert again.returncode == 0 and again.stderr == "", again.stderr
+    for tz in (":posix/Asia/Jakarta", "right/Asia/Jakarta", "/usr/share/zoneinfo/posix/Asia/Jakarta"):
+        again = run_lockrun({**environment, "TZ": tz}, "-n", "copies", *job)
+        assert again.returncode == 0 and again.stderr == "", (tz, again.stderr)
+    if backend == "redis":
+        assert redis_server_value(env, "lockrun:{copies}:once_tz") == b"Asia/Jakarta"
+
+
+@pytest.mark.parametrize("backend", ["redis", "local"])
+def test_a_zone_recorded_by_its_posix_name_is_that_zone(backend, env, local_env, redis_server):
+    """A lockrun from before posix/ZONE was made ZONE recorded ``posix/Asia/Jakarta``: this version,
+    which computes ``Asia/Jakarta``, agrees with it and records the one name."""
+    environment = env if backend == "redis" else local_env
+    if backend == "redis":
+        redis_server.client().set("lockrun:{legacy}:once_tz", "posix/Asia/Jakarta", px=3_600_000)
+    else:
+        once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "legacy"
+        once_dir.mkdir(parents=True, mode=0o700)
+        once_dir.parent.chmod(0o700)
+        (once_dir / "~zone").write_text(f"{time.time() + 3600!r} posix/Asia/Jakarta\n")
+        (once_dir / "~zone").chmod(0o600)
+    result = run_lockrun(environment, "-n", "legacy", "--tz", "Asia/Jakarta", "--once-per", "hour", "--", "true")
+    assert (result.returncode, result.stderr) == (0, "")
+    if backend == "redis":
+        assert redis_server.client().get("lockrun:{legacy}:once_tz") == b"Asia/Jakarta"
+    else:
+        assert (once_dir / "~zone").read_text().split()[1] == "Asia/Jakarta"
+
+
+def redis_server_value(env: dict, key: str) -> bytes | None:
+    import redis
+
+    return redis.Redis.from_url(env["LOCKRUN_REDIS_URL"]).get(key)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 
 from tests.conftest import RedisServer, history, run_lockrun, spawn_lockrun, wait_until
 
@@ -122,3 +124,28 @@ def test_passwords_never_appear(tmp_path, env):
         assert secret.encode() not in ledger_bytes
     finally:
         server.cleanup()
+
+
+def test_ages_are_never_negative_when_the_readers_clock_is_behind(any_env, tmp_path):
+    """A holder whose clock (or whose Redis server's TIME) is ahead of the reader's: ages by the
+    server's TIME where there is one, else clamped at 0; never ``-2.0m``."""
+    from tests.test_once_zone import at_moment
+
+    assert run_lockrun(any_env, "-n", "ahead-done", "--", "true").returncode == 0
+    holder = spawn_lockrun(any_env, "-n", "ahead", "--", "sleep", "30")
+    try:
+        wait_until(lambda: status(any_env, "ahead")["locks"][0]["state"] == "held")
+        time.sleep(1.2)
+        behind = at_moment(any_env, time.time() - 600)  # the reader's clock 10 minutes back
+        table = run_lockrun(behind, "status", "ahead", "ahead-done")
+        assert table.returncode == 0, table.stderr
+        assert not re.search(r"-\d", table.stdout), table.stdout
+        (lock,) = json.loads(run_lockrun(behind, "status", "--json", "ahead").stdout)["locks"]
+        assert set(lock) == LOCK_FIELDS and lock["heartbeat_age_s"] >= 0
+        if "LOCKRUN_REDIS_URL" in any_env:  # by the server's TIME: the true age, not 0 and not -600
+            assert 1.0 < lock["heartbeat_age_s"] < 30
+            age = re.search(r"^ahead\s+held\s+\S+\s+(\d+\.\d)s\s", table.stdout, re.MULTILINE)
+            assert age and 1.0 <= float(age[1]) < 30, table.stdout
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lockrun.core.clock import seconds_since
+from lockrun.core.clock import age_s
 from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS
 from lockrun.core.readers import Parsed, Unusable, as_command, as_machine_id, as_text, as_time, int_between
 from lockrun.core.record import Row
@@ -205,14 +205,14 @@ class Holder(NamedTuple):
             ttl_ms=ints["ttl_ms"], ttl_remaining_s=ttl_remaining_s, fencing_token=ints["fencing_token"],
             cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
             foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
-            heartbeat_age_s=seconds_since(times["heartbeat_at"], now) if now is not None else None,
+            heartbeat_age_s=age_s(times["heartbeat_at"], now) if now is not None else None,
         )
 
     def with_age(self, now: datetime | None) -> Holder:
         """This holder with its heartbeat's age as of ``now``, on the clock that stamped the
         heartbeat: for Redis the server's TIME, read in the same inspection, never this host's
         clock. ``now`` None (that clock could not be read): no age, so no judgement by it."""
-        age = seconds_since(self.heartbeat_at, now) if now is not None else None
+        age = age_s(self.heartbeat_at, now) if now is not None else None
         return self._replace(heartbeat_age_s=age)
 
     def with_problem(self, problem: str | None) -> Holder:

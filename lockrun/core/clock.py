@@ -38,6 +38,22 @@ def seconds_since(text: object, now: datetime | None = None) -> float | None:
     return round(((now or datetime.now(timezone.utc)) - then).total_seconds(), 3)
 
 
+def age_s(text: object, now: datetime | None = None) -> float | None:
+    """How long ago a stored timestamp was, never less than 0: a timestamp ahead of ``now`` (its
+    writer's clock is ahead of the reader's) is taken as just now. None if it cannot be read."""
+    seconds = seconds_since(text, now)
+    return None if seconds is None else max(0.0, seconds)
+
+
+def reading_clock(stamped: object, age: object) -> datetime | None:
+    """The clock an age was measured on, as of the reading: ``stamped`` + ``age`` (a heartbeat
+    and its age, both by a Redis server's TIME); None when either is missing."""
+    then = parse_iso(stamped)
+    if then is None or isinstance(age, bool) or not isinstance(age, (int, float)) or not abs(age) < 1e9:
+        return None
+    return then + timedelta(seconds=age)
+
+
 def human_duration(seconds: float | None) -> str:
     """``42.0s``, ``3.5m``, ``2.1h``, ``4.0d``; ``-`` when unknown."""
     if seconds is None:

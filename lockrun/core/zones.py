@@ -29,10 +29,13 @@ ZONE_RULE = "an IANA time zone name such as UTC, Europe/Berlin or Asia/Jakarta"
 MAX_ZONE_NAME = 64
 _ZONE_RE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
 # Names in the zone directory that are this host's choice, not a zone (Debian links
-# /usr/share/zoneinfo/localtime to /etc/localtime), and the leap-second variants, which count
-# time differently.
+# /usr/share/zoneinfo/localtime to /etc/localtime).
 _NOT_ZONES = ("localtime", "posixrules")
-_NOT_ZONE_DIRS = ("right/",)
+# The tz database's two copies of every zone: ``posix/X`` is ``X`` itself, and ``right/X`` is
+# ``X`` with leap seconds counted in its clock. A period key is a civil date or hour, the same in
+# both except during a leap second itself, and Python reads the POSIX time lockrun keys by: both
+# are ``X``, so that hosts naming one zone either way agree.
+_VARIANT_DIRS = ("posix/", "right/")
 # Every name of UTC, and of GMT, which has the same offset (zero) for ever: periods agree.
 UTC = "UTC"
 _UTC_NAMES = frozenset({
@@ -59,14 +62,20 @@ def _zoneinfo_roots() -> tuple[str, ...]:
     return tuple(zoneinfo.TZPATH)
 
 
+def _without_variant(name: str) -> str:
+    """``Asia/Jakarta`` for ``posix/Asia/Jakarta`` and ``right/Asia/Jakarta`` (see _VARIANT_DIRS)."""
+    while name.startswith(_VARIANT_DIRS):
+        name = name.split("/", 1)[1]
+    return name
+
+
 def _relative_to_a_root(path: str) -> str | None:
     """``Asia/Jakarta`` for ``/usr/share/zoneinfo/Asia/Jakarta`` (links followed), else None."""
     real = os.path.realpath(path)
     for root in _zoneinfo_roots():
         real_root = os.path.realpath(root)
         if real.startswith(real_root + os.sep):
-            name = real[len(real_root) + 1:]
-            return name[len("posix/"):] if name.startswith("posix/") else name
+            return _without_variant(real[len(real_root) + 1:])
     return None
 
 
@@ -88,7 +97,9 @@ def _database_links() -> dict[str, str]:
 
 
 def canonical(name: str) -> str:
-    """The one name every host gives this zone: aliases resolved, every name of UTC ``UTC``."""
+    """The one name every host gives this zone: aliases resolved, ``posix/`` and ``right/`` dropped,
+    every name of UTC ``UTC``."""
+    name = _without_variant(name)
     if name in _UTC_NAMES:
         return UTC
     for root in _zoneinfo_roots():
@@ -107,8 +118,10 @@ def canonical(name: str) -> str:
 def _load(name: str) -> tzinfo | None:
     import zoneinfo
 
-    if (len(name) > MAX_ZONE_NAME or not _ZONE_RE.fullmatch(name) or name in _NOT_ZONES
-            or name.startswith(_NOT_ZONE_DIRS)):
+    if len(name) > MAX_ZONE_NAME or not _ZONE_RE.fullmatch(name):
+        return None
+    name = _without_variant(name)
+    if name in _NOT_ZONES:
         return None
     try:
         return zoneinfo.ZoneInfo(name)
@@ -127,6 +140,33 @@ def parse_zone(text: str, what: str, source: str | None = None) -> Zone:
     return Zone(named, _load(named) or zone, source or what)
 
 
+def recorded_zone(raw: bytes | str | None) -> str | None:
+    """A zone record read back (Redis ``once_tz``, the local ``~zone``): its name when it is one
+    lockrun could have written (an IANA zone this host knows, at most MAX_ZONE_NAME bytes), else None."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not raw or len(raw) > MAX_ZONE_NAME or _load(raw) is None:
+        return None
+    return raw
+
+
+def shown_record(raw: bytes | str | None, size: int | None = None) -> str:
+    """A record that is not lockrun's, for a message of one line: cut, non-printables escaped."""
+    from lockrun.core.printable import printable
+
+    if raw is None:
+        return "nothing"
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+    size = len(raw) if size is None else size
+    if size == 0:
+        return "empty"
+    shown = "'" + printable(text[:MAX_ZONE_NAME]) + "'"
+    return f"{shown}... ({size} bytes)" if size > MAX_ZONE_NAME else shown
+
+
 def _same_contents(a: Path, b: Path) -> bool:
     try:
         return a.read_bytes() == b.read_bytes()
@@ -141,7 +181,7 @@ def _zone_with_contents(data: bytes) -> str | None:
     for root in _zoneinfo_roots():
         for folder, dirs, files in os.walk(root):
             relative = os.path.relpath(folder, root)
-            if relative.split(os.sep)[0] in ("posix", "right"):
+            if relative.split(os.sep)[0] + "/" in _VARIANT_DIRS:
                 dirs[:] = []
                 continue
             for file in files:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lockrun.core.clock import human_duration, seconds_since
+from lockrun.core.clock import age_s, human_duration, reading_clock
 from lockrun.core.printable import printable
 from lockrun.core.record import Row, Status
 
@@ -127,7 +127,7 @@ def status_table(
     for lock in locks:
         last = lock.get("last_run")
         if last:
-            ago = human_duration(seconds_since(last["ended_at"] or last["started_at"]))
+            ago = human_duration(age_s(last["ended_at"] or last["started_at"]))
             status, command = _exit_parts(last)
             how = f"{status}, {command}" if command else status
             last_text = f"{last['status']} ({how}) on {last['host'] or '?'}, {ago} ago"
@@ -138,7 +138,8 @@ def status_table(
             _styled(lock["name"], None),
             _styled(lock["state"], STATE_STYLES.get(lock["state"])),
             _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
-            human_duration(seconds_since(lock["started_at"])),
+            # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
+            human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
             human_duration(lock["ttl_remaining_s"]),
             f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
             _styled(_command(lock["command"]), None),

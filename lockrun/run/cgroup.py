@@ -21,11 +21,21 @@ whatever it forked before its move landed, until a walk of lockrun's tree finds 
 (what is forked after a process' move is born inside). A lockrun SIGKILLed within that first
 moment (about ten milliseconds and a grace period) can leave behind what its command forked
 outside its process group in it.
+
+A lockrun that dies with its watchdog (both SIGKILLed; a container whose PID 1 was lockrun, where
+the kernel kills the whole PID namespace at once) leaves its emptied cgroup behind. So each run's
+cgroup is held with a shared flock on its directory for as long as lockrun lives, and a run that
+makes its own cgroup then sweeps its siblings (:func:`sweep`, beside the run, after the moves):
+a ``lockrun-*`` cgroup is removed, with rmdir only, when nobody holds its flock (its lockrun is
+gone, in whatever PID namespace it ran), it has no process (``populated 0``) and no cgroup below
+it (rmdir refuses otherwise), and it was made more than SWEEP_AFTER ago (a lockrun from before the
+flock takes ten milliseconds from making its cgroup to filling it). The listing is bounded.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -37,6 +47,12 @@ from lockrun.run import descendants
 ADOPT_ROUNDS = 100
 
 CGROUP_PREFIX = "lockrun-"
+#: A sibling's cgroup younger than this is never swept: its lockrun may be about to fill it.
+SWEEP_AFTER = 5.0
+#: How many entries of lockrun's own cgroup one sweep looks at, and how many it may remove.
+SWEEP_LISTING = 512
+SWEEP_REMOVALS = 16
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _unescape(field: str) -> str:
@@ -91,9 +107,10 @@ def _write(path: str, text: str) -> None:
 
 
 class RunCgroup:
-    def __init__(self, path: str, relative: str) -> None:
+    def __init__(self, path: str, relative: str, held: int | None = None) -> None:
         self.path = path
         self.relative = relative  # how /proc/PID/cgroup names it
+        self._held = held  # the directory, flocked (shared) while lockrun lives: see sweep()
 
     @classmethod
     def create(cls) -> RunCgroup | None:
@@ -107,7 +124,7 @@ class RunCgroup:
             os.mkdir(path, 0o700)
         except OSError:  # EACCES, EROFS, EPERM, ENOSPC (cgroup.max.descendants): no cgroup, silently
             return None
-        cgroup = cls(path, own[1].rstrip("/") + "/" + name)
+        cgroup = cls(path, own[1].rstrip("/") + "/" + name, _hold(path))
         if not os.path.exists(os.path.join(path, "cgroup.kill")):  # before Linux 5.14: nothing to kill it whole
             cgroup.remove()
             return None
@@ -154,18 +171,90 @@ class RunCgroup:
         command makes its own there); the kernel may take a moment after the last process exited."""
         deadline = time.monotonic() + wait
         delay = 0.001
-        while True:
+        try:
+            while True:
+                try:
+                    _remove_children(self.path)
+                    os.rmdir(self.path)
+                    return True
+                except FileNotFoundError:
+                    return True
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                        return False
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        finally:
+            held, self._held = self._held, None
+            if held is not None:
+                os.close(held)
+
+    def sweep(self) -> list[str]:
+        """Remove the empty cgroups that dead lockruns left beside this one (see the module's
+        docstring); the names removed."""
+        return sweep(os.path.dirname(self.path), os.path.basename(self.path))
+
+
+def _hold(path: str) -> int | None:
+    """The cgroup directory at ``path``, open and flocked (shared): None where it cannot be."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def sweep(parent: str, own: str, now: float | None = None) -> list[str]:
+    """rmdir the ``lockrun-*`` cgroups in ``parent`` (but ``own``) whose lockrun is gone: nobody
+    holds their flock, no process is in them, none is below them, made more than SWEEP_AFTER ago."""
+    removed: list[str] = []
+    now = time.time() if now is None else now
+    try:
+        with os.scandir(parent) as entries:
+            names = [entry.name for _, entry in zip(range(SWEEP_LISTING), entries, strict=False)
+                     if entry.name.startswith(CGROUP_PREFIX) and entry.name != own
+                     and entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for name in names:
+        if len(removed) >= SWEEP_REMOVALS:
+            break
+        if _is_leftover(os.path.join(parent, name), now):
             try:
-                _remove_children(self.path)
-                os.rmdir(self.path)
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError as exc:
-                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
-                    return False
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+                os.rmdir(os.path.join(parent, name))  # refused (EBUSY) if a process came meanwhile
+            except OSError:
+                continue
+            removed.append(name)
+    return removed
+
+
+def _is_leftover(path: str, now: float) -> bool:
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        if now - os.fstat(fd).st_ctime < SWEEP_AFTER:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held shared by a live lockrun
+        except OSError:
+            return False
+        events = os.open("cgroup.events", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            text = os.read(events, 4096).decode("ascii", "replace")
+        finally:
+            os.close(events)
+        return "populated 0" in text.splitlines()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _remove_children(path: str) -> None:
@@ -240,8 +329,12 @@ class Adopter:
                 return
             self.cgroup = cgroup
             self._on_created(cgroup.path)
-        if not self._move(cgroup, first):
-            return  # refused (or already over): an empty cgroup, removed at the end
+        if self._move(cgroup, first):  # else refused (or already over): an empty cgroup, removed at the end
+            self._adopt_the_rest(cgroup)
+        if not self._stop.is_set():
+            cgroup.sweep()  # what dead lockruns left beside it (their cgroups are no use to anyone)
+
+    def _adopt_the_rest(self, cgroup: RunCgroup) -> None:
         for _ in range(ADOPT_ROUNDS):
             outside = [p for p in descendants.snapshot(self._root, self._skip())
                        if p.state != "Z" and not cgroup.holds(p.pid)]

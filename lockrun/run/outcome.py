@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, NamedTuple
 
-from lockrun.core.clock import human_duration, seconds_since
+from lockrun.core.clock import age_s, human_duration, reading_clock
 from lockrun.core.defaults import DEFAULT_KILL_AFTER
 from lockrun.core.errors import ExitCode
 from lockrun.core.record import Status
@@ -98,7 +98,7 @@ def command_outcome(
 def busy_message(holder: Holder, backend: str | None = None) -> str:
     """The line operators ask for on a skip: who, for how long, until when, how to clear it;
     ``backend`` (for -v) says where the lock lives, since `lockrun status` must look there too."""
-    age = human_duration(seconds_since(holder.started_at))
+    age = human_duration(age_s(holder.started_at, reading_clock(holder.heartbeat_at, holder.heartbeat_age_s)))
     run = f", run {holder.run_id[:8]}" if holder.run_id else ""
     busy = f"lock {holder.name!r} is busy" + (f" ({backend})" if backend else "")
     who = f"{busy}: held by {holder.host or '?'}:{holder.pid or '?'} for {age}{run}"

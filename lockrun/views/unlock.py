@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import FleetRecord, Holder
-from lockrun.core.clock import human_duration, seconds_since, utc_now_iso
+from lockrun.core.clock import age_s, human_duration, reading_clock, utc_now_iso
 from lockrun.core.errors import LedgerError
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger, RunRecord
@@ -62,11 +62,12 @@ class Inspection(NamedTuple):
         """Lines for the operator: who holds it, since when, and whether it looks alive."""
         h = self.holder
         token = (h.token or "")[:8]
+        started = age_s(h.started_at, reading_clock(h.heartbeat_at, h.heartbeat_age_s))  # by the heartbeat's clock
         lines = [
             f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
             *([f"  malformed: {h.problem}"] if h.problem else []),
             f"  command:   {' '.join(h.command) or '?'}",
-            f"  started:   {h.started_at or '?'} ({human_duration(seconds_since(h.started_at))} ago)",
+            f"  started:   {h.started_at or '?'} ({human_duration(started)} ago)",
             f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago;"
             f" lease expires in {human_duration(h.ttl_remaining_s)}",
             *([f"  note:      {h.note}"] if h.note else []),

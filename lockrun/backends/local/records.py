@@ -22,7 +22,8 @@ from typing import Any
 from lockrun.backends.local.files import LockFiles
 from lockrun.backends.values import Holder, OnceKey
 from lockrun.core.clock import utc_now_iso
-from lockrun.core.errors import BackendUnavailable
+from lockrun.core.errors import BackendUnavailable, ForeignData
+from lockrun.core.zones import MAX_ZONE_NAME, canonical, recorded_zone, shown_record
 from lockrun.system.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically
 
 #: A holder's description as stored: a JSON object (whoever wrote it).
@@ -62,6 +63,26 @@ def cooling(name: str, info: Description) -> Holder | None:
     if left <= 0:
         return None
     return Holder.from_fields(name, info, ttl_remaining_s=round(left, 3))
+
+
+#: ``EXPIRES ZONE\n`` as lockrun writes it: a float's repr, a space, a zone name, a newline.
+MAX_ZONE_RECORD = 32 + 1 + MAX_ZONE_NAME + 1
+
+
+def _zone_record(raw: bytes) -> tuple[float, str] | None:
+    """``(expires, zone)`` from a ``~zone`` file lockrun could have written, else None."""
+    words = raw.split(b" ")
+    if len(words) != 2 or not raw.endswith(b"\n"):
+        return None
+    expires = finite(words[0].decode("ascii", "replace")) if words[0].isascii() else None
+    zone = recorded_zone(words[1][:-1])
+    return (expires, zone) if expires is not None and zone is not None else None
+
+
+def _foreign_zone(name: str, path: Path, what: str) -> ForeignData:
+    """A ``~zone`` record lockrun cannot have written (README "One zone per name"): exit 69, as Redis."""
+    return ForeignData(f"{path} holds data for lock {name!r} that lockrun did not write ({what}); it records the time"
+                       f" zone of the name's --once periods: delete it by hand (rm -r '{path}')")
 
 
 class LockRecords:
@@ -124,15 +145,31 @@ class LockRecords:
         try:
             private_dir(self._files.once_dir, "the --once directory")
             private_dir(path.parent, "the --once directory")
-            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         except (OSError, UnsafePath) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise BackendUnavailable(f"cannot record the time zone of {name!r} in {path.parent}: {reason}") from None
         try:
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except UnsafePath as exc:  # a link, a directory, a FIFO: nothing lockrun made
+            raise _foreign_zone(name, path, str(exc).replace(f"{path} ", "it ", 1)) from None
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot record the time zone of {name!r} in {path}: {exc.strerror}") from None
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            words = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
-            expires = finite(words[0]) if len(words) == 2 else None
-            recorded = words[1] if expires is not None and expires > time.time() else None
+            size = os.fstat(fd).st_size
+            raw = os.pread(fd, MAX_ZONE_RECORD + 1, 0)
+            expires: float | None = None
+            recorded = None
+            if size:  # empty: just created (here, or by a run that stopped before it wrote)
+                parsed = _zone_record(raw) if size <= MAX_ZONE_RECORD else None
+                if parsed is None:
+                    if not check:
+                        return None  # after the run: leave it for the next acquire to refuse
+                    raise _foreign_zone(name, path, f"it holds {shown_record(raw, size)}, not 'EXPIRES ZONE'")
+                expires, zone = parsed
+                recorded = zone if expires > time.time() else None
+                if recorded is not None and canonical(recorded) == once.zone:
+                    recorded = once.zone  # posix/ZONE, as a lockrun before they were made one wrote it
             if recorded is not None and recorded != once.zone:
                 return recorded if check else None
             if recorded is None and not check:

@@ -22,7 +22,7 @@ from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replicas import ReplicaWait
-from lockrun.backends.redis.replies import script_int, text
+from lockrun.backends.redis.replies import int_or_none, script_int, text
 from lockrun.backends.redis.scripts import acquire_call, clear_foreign_call, preempt_call, release_call, renew_call
 from lockrun.backends.values import (
     LOST,
@@ -37,7 +37,7 @@ from lockrun.backends.values import (
 )
 from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
-from lockrun.core.zones import MAX_ZONE_NAME
+from lockrun.core.zones import recorded_zone, shown_record
 
 if TYPE_CHECKING:
     from lockrun.backends.redis.fleet import RedisFleetRecord
@@ -109,13 +109,23 @@ class RedisBackend:
         if outcome == -2:
             raise EvictingServer(eviction_refusal(self.connection.redacted, text(reply[1]), reply[2], text(reply[3])))
         if outcome == -3 and once is not None:
-            raise ZoneMismatch(name, printable(text(reply[1]))[:MAX_ZONE_NAME], once.zone or "?",
-                               once.zone_from or "this host")
+            raw = reply[1] if isinstance(reply[1], bytes) else text(reply[1]).encode()
+            recorded = recorded_zone(raw)
+            if recorded is not None:
+                raise ZoneMismatch(name, recorded, once.zone or "?", once.zone_from or "this host")
+            size = int_or_none(reply[2]) if len(reply) > 2 else None
+            raise self._foreign_zone(name, f"{keys.once_tz} holds {shown_record(raw, size)}, no IANA zone this host"
+                                           " knows")
         if outcome == -4:
-            raise ForeignData(f"Redis at {self.connection.redacted} holds data for lock {name!r} that lockrun did not"
-                              f" write ({keys.once_tz} is a {text(reply[1])[:20]}, not a string); it records the time"
-                              f" zone of the name's --once periods: delete it by hand (DEL {keys.once_tz})")
+            raise self._foreign_zone(name, f"{keys.once_tz} is a {printable(text(reply[1]))[:20]}, not a string")
         return self.inspection.busy_holder(name, slots, reply[1], reply[2])
+
+    def _foreign_zone(self, name: str, what: str) -> ForeignData:
+        """A zone record lockrun cannot have written (README "One zone per name"): exit 69."""
+        key = lock_keys(self.prefix, name).once_tz
+        return ForeignData(f"Redis at {self.connection.redacted} holds data for lock {name!r} that lockrun did not"
+                           f" write ({what}); it records the time zone of the name's --once periods: delete it by"
+                           f" hand (redis-cli DEL '{key}')")
 
     def evicting_servers(self) -> list[Eviction]:
         """For ``status``: the servers a lock may live on (every master of a Cluster) that may evict

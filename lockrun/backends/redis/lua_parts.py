@@ -113,9 +113,10 @@ end
 # cannot tell (INFO refused, e.g. by an ACL; no maxmemory_policy line): every other policy,
 # allkeys-* and volatile-* alike, may evict lockrun's keys, which all have a TTL.
 #
-# zone_conflict(key, zone): the time zone recorded for the name's --once periods when it is
-# not ``zone`` (a string), or {kind} when the key is not a string at all; nil when they agree
-# or nothing is recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
+# zone_conflict(key, zone): {'string', first 65 bytes, length} of the time zone recorded for
+# the name's --once periods when it is not ``zone`` (a record of any size costs the reply 65
+# bytes), or {kind} when the key is not a string at all; nil when they agree or nothing is
+# recorded. keep_zone(key, zone, keep_ms) records ``zone`` with at least keep_ms
 # to live. No key (a run whose --once key does not depend on the time): nothing to check.
 ACQUIRE_CHECKS_LUA = """
 local function info_field(info, name, pattern)
@@ -143,7 +144,10 @@ local function zone_conflict(key, zone)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then return {kind} end
   local recorded = redis.call('GET', key)
-  if recorded and recorded ~= zone then return recorded end
+  -- posix/ZONE (as a lockrun before they were made one recorded it) is ZONE: kept as ZONE
+  if recorded and recorded ~= zone and recorded ~= 'posix/' .. zone and recorded ~= 'right/' .. zone then
+    return {'string', string.sub(recorded, 1, 65), #recorded}
+  end
   return nil
 end
 local function keep_zone(key, zone, keep_ms)
@@ -154,8 +158,8 @@ local function refused(evicts, allowed)
   return nil
 end
 local function refused_zone(conflict)
-  if type(conflict) == 'table' then return {-4, conflict[1]} end
-  return {-3, conflict}
+  if conflict[1] ~= 'string' then return {-4, conflict[1]} end
+  return {-3, conflict[2], conflict[3]}
 end
 local function evicting_policy(evicts)
   if not evicts then return '' end

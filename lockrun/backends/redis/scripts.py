@@ -27,8 +27,8 @@ from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts
 # dropped; evicting: the policy of a server that may evict and was allowed to, '?' when it could
 # not tell, else ''); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
 # given straight back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory,
-# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone} when the name's
-# --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
+# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the
+# name's --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
 # {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
@@ -131,7 +131,7 @@ return 0
 # done[, once_tz]]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, allow_eviction, zone,
 # remember_ms, then info field/value pairs.
 # Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
-# another N (1: as a plain lock); {-2, ...}, {-3, zone} and {-4, kind} as the plain acquire;
+# another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
 SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
