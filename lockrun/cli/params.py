@@ -18,7 +18,6 @@ from lockrun.core.record import Status
 if TYPE_CHECKING:
     from datetime import datetime
 
-
     # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
     # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
     ParamTypeBase = click.ParamType[object, object]
@@ -26,7 +25,7 @@ else:
     ParamTypeBase = click.ParamType
 
 
-#: A validator from settings: (the text given, the option's name for messages) -> the value.
+#: A validator from config/values: (the text given, the option's name for messages) -> the value.
 Validator = Callable[[str, str], object]
 
 

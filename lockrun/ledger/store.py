@@ -82,7 +82,6 @@ def _command_list(stored: object) -> list[str]:
     return [str(stored)] if stored not in (None, "") else []
 
 
-
 def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
     """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
     ledger may have been written by anyone: every column is read back as the type it should be.
