@@ -42,11 +42,15 @@ def main(argv: list[str]) -> dict:
             "sh: redis-cli SET NX; true; DEL": (["sh", "-c", shell_wrapper], redis_env),
         }
         if "--baseline" in argv:
+            # Both versions through `python -P -m lockrun` and PYTHONPATH (-P: not the current
+            # directory first, whatever it holds): an entry-point script names
+            # one version's module layout, and runpy's few hundred microseconds cancel in the ratio.
             source = os.path.abspath(argv[argv.index("--baseline") + 1])
-            cases["baseline lockrun (redis)"] = ([LOCKRUN, "-n", "b", "--", "true"],
-                                                 {**redis_env, "PYTHONPATH": source})
-            cases["baseline lockrun (local)"] = ([LOCKRUN, "-n", "b", "--", "true"],
-                                                 {**local_env, "PYTHONPATH": source})
+            here = str(Path(__file__).resolve().parent.parent)
+            for label, path in (("this", here), ("baseline", source)):
+                for backend, env in (("redis", redis_env), ("local", local_env)):
+                    cases[f"{label} -m lockrun ({backend})"] = (
+                        [sys.executable, "-P", "-m", "lockrun", "-n", "b", "--", "true"], {**env, "PYTHONPATH": path})
         times = interleaved(cases, rounds)
         redis_version = server.version()
     floor_times = times["floor: python -c 'import click, redis, sqlite3'"]
@@ -62,9 +66,9 @@ def main(argv: list[str]) -> dict:
     print(f"\nlockrun (redis) / stack floor = {ratio:.3f} (target <= 1.10): {'met' if ratio <= 1.10 else 'MISSED'}")
     against: dict[str, float] = {}
     for backend in ("redis", "local"):
-        base = times.get(f"baseline lockrun ({backend})")
+        base = times.get(f"baseline -m lockrun ({backend})")
         if base is not None:
-            mine = times[f"lockrun ({backend})"]
+            mine = times[f"this -m lockrun ({backend})"]
             against[backend] = statistics.median(a / b for a, b in zip(mine, base, strict=True))
             print(f"lockrun ({backend}) / baseline = {against[backend]:.3f} "
                   f"({median_ms(mine) - median_ms(base):+.1f} ms in medians)")
