@@ -1,0 +1,109 @@
+#!/bin/sh
+# Install lockrun and everything that comes with it, from this checkout:
+#
+#   scripts/install.sh                        # as root: /usr/local, for every user's crontab
+#   PREFIX=$HOME/.local scripts/install.sh    # without root: your own crontab
+#   DESTDIR=/tmp/stage PREFIX=/usr scripts/install.sh   # packagers: staged, paths as at PREFIX
+#
+# It places (README "Install"):
+#   $PREFIX/lib/lockrun/                 a venv with lockrun and its dependencies
+#   $PREFIX/bin/lockrun                  a link to the venv's lockrun (crontabs name it in full)
+#   $PREFIX/share/man/man1/lockrun.1     the man page
+#   $PREFIX/share/bash-completion/completions/lockrun, $PREFIX/share/zsh/site-functions/_lockrun,
+#   $PREFIX/share/fish/vendor_completions.d/lockrun.fish: where each shell looks for them
+#   $SYSCONFDIR/lockrun.toml             an example config, every key commented out; never
+#                                        overwritten (SYSCONFDIR: /etc, or $PREFIX/etc when
+#                                        PREFIX is under a home directory)
+# PYTHON picks the interpreter (default python3, 3.10 or newer). One that other users cannot
+# read (a pyenv under /root, say) is refused when PREFIX is shared: their crontabs could not run it.
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+PREFIX=${PREFIX:-/usr/local}
+DESTDIR=${DESTDIR:-}
+case $PREFIX in
+    "$HOME"/*) SYSCONFDIR=${SYSCONFDIR:-$PREFIX/etc}; shared=no ;;
+    *) SYSCONFDIR=${SYSCONFDIR:-/etc}; shared=yes ;;
+esac
+
+say() { printf 'install: %s\n' "$*" >&2; }
+fail() { say "$*"; exit 1; }
+
+case $PREFIX in /*) ;; *) fail "PREFIX must be an absolute path, not '$PREFIX'" ;; esac
+command -v "$PYTHON" >/dev/null 2>&1 || fail "no $PYTHON on PATH (set PYTHON to a Python 3.10 or newer)"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || fail "$PYTHON is $("$PYTHON" -c 'import sys; print(sys.version.split()[0])'); lockrun needs 3.10 or newer"
+
+# Every directory from / to the interpreter and its standard library must let others in, or other
+# users' cron jobs fail with "Permission denied" before lockrun starts (and cron mails it to them).
+if [ "$shared" = yes ]; then
+    umask 022  # the venv is read by every user's cron jobs
+    "$PYTHON" - <<'PY' || exit 1
+import os, stat, sys
+
+def others_may(path, bits):
+    return os.stat(path).st_mode & bits == bits
+
+for start, what in ((os.path.realpath(sys.executable), "the interpreter"),
+                    (os.path.dirname(os.path.realpath(os.__file__)), "its standard library")):
+    path = start
+    while True:
+        need = stat.S_IXOTH | (stat.S_IROTH if path == start or os.path.isfile(path) else 0)
+        if not others_may(path, need):
+            where = what if path == start else f"on the way to {what}"
+            sys.exit(f"install: {sys.executable} cannot be used by other users: {path} ({where}) is "
+                     f"{stat.filemode(os.stat(path).st_mode)}; every user's crontab needs it: use a Python "
+                     "others can run (PYTHON=/usr/bin/python3), or install for yourself (PREFIX=$HOME/.local)")
+        if path == "/":
+            break
+        path = os.path.dirname(path)
+PY
+fi
+
+venv=$PREFIX/lib/lockrun
+stage=$DESTDIR$venv
+say "venv $stage"
+rm -rf "$stage"
+mkdir -p "$(dirname "$stage")"
+"$PYTHON" -m venv "$stage"
+"$stage/bin/python" -m pip install --quiet --disable-pip-version-check "$here"
+if [ -n "$DESTDIR" ]; then
+    # Staged: the venv's scripts name the interpreter where it will be, not where it is built.
+    for script in "$stage"/bin/*; do
+        [ -f "$script" ] && [ ! -L "$script" ] || continue
+        if head -c 2 "$script" | grep -q '^#!'; then
+            sed -i "1s|$DESTDIR||" "$script"
+        fi
+    done
+    sed -i "s|$DESTDIR||g" "$stage/bin/activate" "$stage/pyvenv.cfg" 2>/dev/null || true
+fi
+
+mkdir -p "$DESTDIR$PREFIX/bin"
+ln -sfn "$venv/bin/lockrun" "$DESTDIR$PREFIX/bin/lockrun"
+say "link $DESTDIR$PREFIX/bin/lockrun -> $venv/bin/lockrun"
+
+install -d "$DESTDIR$PREFIX/share/man/man1"
+install -m 644 "$here/man/lockrun.1" "$DESTDIR$PREFIX/share/man/man1/lockrun.1"
+
+bash_dir=$DESTDIR$PREFIX/share/bash-completion/completions
+zsh_dir=$DESTDIR$PREFIX/share/zsh/site-functions
+fish_dir=$DESTDIR$PREFIX/share/fish/vendor_completions.d
+install -d "$bash_dir" "$zsh_dir" "$fish_dir"
+install -m 644 "$here/completions/lockrun.bash" "$bash_dir/lockrun"
+install -m 644 "$here/completions/_lockrun" "$zsh_dir/_lockrun"
+install -m 644 "$here/completions/lockrun.fish" "$fish_dir/lockrun.fish"
+if [ -z "$DESTDIR" ] && [ ! -f /usr/share/bash-completion/bash_completion ]; then
+    say "note: bash completes lockrun only with the bash-completion package (apt-get install bash-completion),"
+    say "      or with this line in ~/.bashrc: . $bash_dir/lockrun"
+fi
+
+config=$DESTDIR$SYSCONFDIR/lockrun.toml
+if [ -e "$config" ] || [ -L "$config" ]; then
+    say "kept $config (never overwritten)"
+else
+    install -d "$DESTDIR$SYSCONFDIR"
+    install -m 644 "$here/scripts/lockrun.toml.example" "$config"
+    say "example config $config (every key commented out)"
+fi
+say "done: $PREFIX/bin/lockrun --version"
