@@ -316,6 +316,10 @@ def test_unlock_is_recorded_in_the_fleet_but_is_not_the_last_run(hosts, tmp_path
     rows = hosts.json("app-a", "history", "--fleet", "z")
     assert [(r["status"], r["host"]) for r in rows] == [("unlocked", "app-b"), ("abandoned", "app-a"),
                                                         ("failed", "app-a")]
+    # An unlock is not a run: no exit status, in the fleet record as in the unlocking host's ledger.
+    in_ledger = hosts.json("app-b", "history", "z", "--status", "unlocked")[0]
+    assert rows[0]["exit_status"] is None and in_ledger["exit_status"] is None
+    assert rows[0]["exit_code"] is None and in_ledger["exit_code"] is None
     last = hosts.json("app-b", "status", "z")["locks"][0]["last_run"]
     assert (last["status"], last["exit_code"]) == ("failed", 9)
 

@@ -70,6 +70,16 @@ def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, redis_server, tmp_path
     assert row["fencing_token"] == token
     assert history(env, "--status", "abandoned")[0]["run_id"] == row["run_id"]
     assert history(env, "--status", "running") == []
+    # The run that died is the name's last run, and metrics count it, on every reader.
+    redis_server.client().delete("lockrun:{crash}:last")  # what this host's ledger says, not the fleet's
+    last = json.loads(run_lockrun(env, "status", "crash", "--json").stdout)["locks"][0]["last_run"]
+    assert (last["run_id"], last["status"]) == (row["run_id"], "abandoned")
+    exposition = run_lockrun(env, "metrics").stdout
+    assert 'lockrun_runs_total{name="crash",status="abandoned"} 1' in exposition
+    assert "lockrun_last_run_timestamp_seconds{name=\"crash\"}" in exposition
+    textfile = tmp_path / "lockrun.prom"
+    assert run_lockrun(env, "-n", "other", "--metrics-file", str(textfile), "--", "true").returncode == 0
+    assert 'lockrun_runs_total{name="crash",status="abandoned"} 1' in textfile.read_text()
 
 
 def test_unwritable_ledger_warns_once_and_the_command_still_runs(env, tmp_path):

@@ -280,7 +280,7 @@ def test_history_table_columns(env, runner_env):
     assert result.exit_code == 0
     header, row = result.output.splitlines()[:2]
     assert header.split() == ["WHEN", "NAME", "STATUS", "EXIT", "DURATION", "HOST", "RUN", "ID", "COMMAND"]
-    assert "tbl" in row and "failed" in row and " 3 " in row and "sh -c exit 3" in row
+    assert "tbl" in row and "failed" in row and " 3 " in row and "sh -c 'exit 3'" in row
     assert "\x1b[" not in result.output
 
 

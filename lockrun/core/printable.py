@@ -9,6 +9,9 @@ nothing: json.dumps escapes control characters itself.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
 
 def printable(text: str, keep: str = "") -> str:
     """``text`` with its control characters (all but those in ``keep``) written as escapes; a byte
@@ -19,3 +22,9 @@ def printable(text: str, keep: str = "") -> str:
 
     return "".join(ch if ch.isprintable() or ch in keep else escaped(ch) if "\ud800" <= ch <= "\udfff"
                    else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def command_line(argv: Sequence[str] | None) -> str:
+    """An argv as a shell would take it back (``sh -c 'sleep 30'``): quoting kept, so that what
+    is shown is what ran; ``-`` for none."""
+    return shlex.join(argv) if argv else "-"

@@ -64,6 +64,8 @@ def ledger_facts(ledger: Ledger) -> list[JobFacts]:
     flags: dict[str, dict[str, int]] = {}
     for name, flag, count in ledger.flag_counts():
         flags.setdefault(name, {})[flag] = count
+    for name, count in ledger.abandoned_counts().items():  # derived at read time: no stored count
+        counts.setdefault(name, {})[Status.ABANDONED.value] = count
     found = []
     for name in sorted(counts):
         success = ledger.last_with_status(name, Status.SUCCEEDED)

@@ -9,6 +9,7 @@ to upgrade from reading to writing (the case where SQLite gives up with
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -348,10 +349,37 @@ class Ledger:
         return rows[0] if rows else None
 
     def last_finished(self, name: str) -> Row | None:
-        """The newest finished run of ``name``; skips and unlocks are not runs."""
+        """The newest finished run of ``name``, an abandoned one included (a running row whose
+        lockrun is gone, when this ledger judges liveness); skips and unlocks are not runs."""
+        if self._known_dead is not None:
+            # The runs still "running" are the ones in progress now, and the dead: a few at most.
+            recent = self._query(
+                _SELECT + f" WHERE name = ? AND ({FINISHED_RUN} OR status = ?) ORDER BY started_at DESC LIMIT 20",
+                (name, Status.RUNNING),
+            )
+            for row in recent:
+                if row["status"] != Status.RUNNING:
+                    return row
         rows = self._query(
             _SELECT + f" WHERE name = ? AND {FINISHED_RUN}"
             " ORDER BY started_at DESC LIMIT 1",
             (name,),
         )
         return rows[0] if rows else None
+
+    def abandoned_counts(self) -> dict[str, int]:
+        """Per name, how many running rows read as abandoned (their lockrun is gone): counted by
+        the readers, since nothing ever writes that status. Empty without a liveness judge."""
+        if self._known_dead is None:
+            return {}
+        counts: dict[str, int] = {}
+        for row in self._query(_SELECT + " WHERE status = ?", (Status.RUNNING,)):
+            if row["status"] == Status.ABANDONED:
+                counts[row["name"]] = counts.get(row["name"], 0) + 1
+        return counts
+
+    def judging_liveness(self, known_dead: KnownDead) -> Ledger:
+        """This ledger, on the same connection, reading running rows of dead lockruns as abandoned."""
+        judged = copy.copy(self)
+        judged._known_dead = known_dead
+        return judged

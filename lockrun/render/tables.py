@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lockrun.core.clock import age_s, human_duration, reading_clock
-from lockrun.core.printable import printable
+from lockrun.core.printable import command_line, printable
 from lockrun.core.record import Row, Status
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def _when(iso: str | None) -> str:
 
 
 def _command(command: Sequence[str] | None) -> str:
-    return " ".join(command or []) or "-"
+    return command_line(command)
 
 
 def _exit_parts(row: Row) -> tuple[str, str | None]:
@@ -178,7 +178,7 @@ def run_details(row: Row, tail: str | None) -> None:
     width = max(len(key) for key in row)
     lines = []
     for key, value in row.items():
-        shown = " ".join(value) if key == "command" else ("-" if value is None else value)
+        shown = command_line(value) if key == "command" else ("-" if value is None else value)
         lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
     sys.stdout.write("\n".join(lines) + "\n")
     if tail is not None:

@@ -205,7 +205,10 @@ class RunJournal:
         from lockrun.ledger import metrics  # only runs that asked for it pay for the import
 
         try:
-            metrics.write_file(path, metrics.exposition(metrics.ledger_facts(ledger)))
+            from lockrun.system.host import known_dead
+
+            judged = ledger.judging_liveness(known_dead)  # abandoned runs counted, as `lockrun metrics` does
+            metrics.write_file(path, metrics.exposition(metrics.ledger_facts(judged)))
         except (OSError, LedgerError) as exc:  # a device there (NotRegularFile) too: it is left alone
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             self.report("warn", f"cannot write the metrics file {path} ({reason})")

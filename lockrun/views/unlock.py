@@ -15,6 +15,7 @@ from lockrun.backends.protocol import Backend
 from lockrun.backends.values import FleetRecord, Holder
 from lockrun.core.clock import age_s, human_duration, reading_clock, utc_now_iso
 from lockrun.core.errors import LedgerError
+from lockrun.core.printable import command_line
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger, RunRecord
 from lockrun.system import host
@@ -66,7 +67,7 @@ class Inspection(NamedTuple):
         lines = [
             f"{self.name!r} is held by {h.host or '?'}:{h.pid or '?'} (run {(h.run_id or '?')[:8]}, token {token}…)",
             *([f"  malformed: {h.problem}"] if h.problem else []),
-            f"  command:   {' '.join(h.command) or '?'}",
+            f"  command:   {command_line(h.command) if h.command else '?'}",
             f"  started:   {h.started_at or '?'} ({human_duration(started)} ago)",
             f"  heartbeat: {human_duration(self.heartbeat_age_s)} ago;"
             f" lease expires in {human_duration(h.ttl_remaining_s)}",
@@ -130,7 +131,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
     shared = FleetRecord({
         "run_id": record.run_id, "status": Status.UNLOCKED, "host": host.hostname(), "pid": os.getpid(),
         "command": argv, "started_at": record.started_at, "ended_at": record.started_at, "duration_s": 0.0,
-        "note": note, "exit_status": 0,
+        "note": note,  # no exit_status: nothing ran (the ledger keeps it null too)
     }, at_once=True)
     if holder.foreign:
         cleared = backend.clear_foreign(inspection.name)

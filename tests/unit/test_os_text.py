@@ -33,3 +33,11 @@ def test_other_lone_surrogates_and_nested_records() -> None:
 def test_printable_shows_an_undecodable_byte_as_the_shell_would() -> None:
     assert printable(os.fsdecode(b"\xff: command not found")) == "\\xff: command not found"
     assert printable("\x1b[2J" + os.fsdecode(b"\xfe")) == "\\x1b[2J\\xfe"
+
+
+def test_a_command_is_shown_as_a_shell_would_take_it_back() -> None:
+    from lockrun.core.printable import command_line
+
+    assert command_line(["sh", "-c", "sleep 30"]) == "sh -c 'sleep 30'"
+    assert command_line(["echo", "it's", ""]) == "echo 'it'\"'\"'s' ''"
+    assert command_line([]) == "-" and command_line(None) == "-"
