@@ -339,14 +339,21 @@ def test_fleet_rows_draw_as_the_ledger_does(env, tmp_path):
 # --- colour, SVG --------------------------------------------------------------------------------------------
 
 
-def test_colour_draws_blocks(known_day):
+def test_colour_adds_to_the_letters(known_day):
+    """Colour shows more than NO_COLOR, never less: the same letters, on bars of distinct colours."""
     env = {k: v for k, v in known_day.items() if k != "NO_COLOR"}
     env["FORCE_COLOR"] = "1"
-    result = timeline(env, "--until", "2026-11-30T12:00Z", "--since", "12h", "--width", "140")
-    assert result.returncode == 0
-    assert "\x1b[" in result.stdout and "\u2588" in result.stdout
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
-    assert "alpha" in plain and "SSS" not in plain
+    window = ("--until", "2026-11-30T12:00Z", "--since", "12h", "--width", "140")
+    coloured = timeline(env, *window)
+    assert coloured.returncode == 0 and "\x1b[" in coloured.stdout
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", coloured.stdout)
+    assert plain == timeline(known_day, *window).stdout  # every letter is still there
+    assert "SSS" in plain and "alpha" in plain
+    from lockrun.render.tables import STATUS_STYLES, STYLE_HEX
+
+    failures = ("failed", "lost", "timeout", "killed", "error", "unavailable", "abandoned")
+    assert len({STATUS_STYLES[status] for status in failures}) == len(failures)  # no two alike
+    assert set(STATUS_STYLES.values()) <= set(STYLE_HEX)  # the SVG has each one's colour
 
 
 def test_svg_has_one_rect_per_run_and_the_names(known_day, tmp_path):
@@ -362,10 +369,11 @@ def test_svg_has_one_rect_per_run_and_the_names(known_day, tmp_path):
     texts = " ".join("".join(e.itertext()) for e in root.iter(f"{SVG}text"))
     for name in ("alpha", "beta_", "gamma", "delta", "epsil", "overlap", "succeeded", "busy/skipped"):
         assert name in texts
-    # The legend: statuses of one colour share one swatch, so no two swatches look alike.
-    assert "failed / killed / error" in texts and "abandoned / unavailable" in texts
+    # The legend: a swatch per status, no two alike (each status has a colour of its own).
+    labels = {"".join(e.itertext()) for e in root.iter(f"{SVG}text")}
+    assert {"failed", "killed", "error", "abandoned", "unavailable", "timeout", "lost/preempted"} <= labels
     swatches = [e.get("fill") for e in root.iter(f"{SVG}rect") if e.get("width") == "12"]
-    assert len(swatches) == len(set(swatches)) >= 6
+    assert len(swatches) == len(set(swatches)) >= 9
     skips = [e for e in root.iter(f"{SVG}rect") if e.get("class") == "skip"]
     assert len(skips) == 2
     # The timeout and the run overlapping it lie on two rows.

@@ -48,9 +48,9 @@ def timeline(
       lockrun timeline nightly-dump sync-invoices --since 7d
       lockrun timeline --since yesterday --until today --svg yesterday.svg
 
-    Bars are coloured by status (letters without colour: S succeeded, F failed,
-    T timeout, L lost or preempted, K killed, R running, A abandoned, E error,
-    U unavailable); a dot marks a busy skip. Runs of one name that overlap are
+    Each run is its status' letter (S succeeded, F failed, T timeout, L lost or
+    preempted, K killed, R running, A abandoned, E error, U unavailable), on a
+    bar of its colour on a terminal; a dot marks a busy skip. Runs of one name that overlap are
     drawn on stacked rows. Each row ends with its runs, failures, skips, median
     and longest duration, and the last status. Reads the local ledger; with
     --fleet, every host's runs from the fleet record in Redis (exit 69 when it

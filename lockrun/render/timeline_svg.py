@@ -328,8 +328,8 @@ def _svg_figures(figures: tl.Figures, x: float, y: float) -> str:
 
 
 def _svg_legend(x: float, y: float) -> tuple[list[str], float]:
-    # Statuses that share a colour (the tables' palette: failed, killed and error are all red)
-    # share one swatch, "failed / killed / error", so that no two swatches look alike.
+    # One swatch per colour of the tables' palette (every failing status has its own; lost and
+    # preempted share theirs, as they share a letter), so that no two swatches look alike.
     by_colour: dict[str, list[str]] = {}
     for letter, meaning in tl.LEGEND:
         if letter != tl.MARK_LETTER:

@@ -1,4 +1,4 @@
-"""Drawing `lockrun timeline` as text: for a terminal (coloured bars) or a pipe (letters).
+"""Drawing `lockrun timeline` as text: letters, on bars of their status' colour on a terminal.
 
 The geometry comes from ``timeline``; this module only draws it (``timeline_svg`` draws the
 SVG). rich is imported only when the text can have colour (a terminal, or FORCE_COLOR): a chart
@@ -19,7 +19,6 @@ from lockrun.views.timeline_axis import ticks
 
 (MIN_WIDTH, MAX_WIDTH), DEFAULT_WIDTH = TIMELINE_WIDTHS, DEFAULT_TIMELINE_WIDTH
 FIGURES_HEAD = f"{'runs':>5} {'fail':>4} {'skip':>4} {'median':>7} {'max':>7}  {'last':<11}"
-BAR, MARK_GLYPH = "\u2588", "\u00b7"  # full block; middle dot
 MIN_CHART = 10  # columns of time at the narrowest
 OVERLAP_LABEL = "  overlap"
 
@@ -126,10 +125,11 @@ def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bo
     text, style = "", None
     for column, status in enumerate(cells):
         if status is not None:
-            glyph = BAR if colour else tl.LETTERS.get(status, tl.UNKNOWN_LETTER)
-            cell_style = STATUS_STYLES.get(status) if colour else None
+            # Colour adds to the letter (a bar of the status' colour behind it), never replaces it.
+            glyph = tl.LETTERS.get(status, tl.UNKNOWN_LETTER)
+            cell_style = _bar(STATUS_STYLES.get(status)) if colour else None
         elif marks is not None and marks[column]:
-            glyph = MARK_GLYPH if colour else tl.MARK_LETTER
+            glyph = tl.MARK_LETTER
             cell_style = STATUS_STYLES["busy"] if colour else None
         else:
             glyph, cell_style = " ", None
@@ -147,6 +147,11 @@ def figure_texts(figures: tl.Figures) -> list[str]:
     """runs, fail, skip, median, max: the texts under FIGURES_HEAD, each with its leading space."""
     return [f" {figures.runs:>5}", f" {figures.failures:>4}", f" {figures.skips:>4}",
             f" {_seconds(figures.median_s):>7}", f" {_seconds(figures.max_s):>7}", "  "]
+
+
+def _bar(style: str | None) -> str | None:
+    """A run's cells in colour: its letter on a bar of its status' colour."""
+    return f"{style} reverse" if style else None
 
 
 def _figures(figures: tl.Figures, colour: bool) -> list[Segment]:
@@ -177,7 +182,8 @@ def _legend(colour: bool, width: int) -> list[list[Segment]]:
             lines[-1].append(("   ", None))
             used += 3
         if colour:
-            lines[-1].append((MARK_GLYPH if letter == tl.MARK_LETTER else BAR, STATUS_STYLES.get(status)))
+            style = STATUS_STYLES.get(status)
+            lines[-1].append((letter, style if letter == tl.MARK_LETTER else _bar(style)))
             lines[-1].append((f" {meaning}", None))
         else:
             lines[-1].append((entry, None))
