@@ -369,3 +369,20 @@ def test_timeline_fleet_draws_every_hosts_runs(hosts, tmp_path):
     assert subprocess.run(as_host("app-a", lockrun_argv("timeline", "--fleet", "--svg", str(svg))), env=env,
                           timeout=60).returncode == 0
     assert "every host" in svg.read_text()
+
+
+def test_a_host_without_the_run_names_the_fleet_record(hosts):
+    """history and show on a host that did not run the job say where its runs are (README "Why did
+    it fail?"), on stderr, without asking Redis; with --fleet they find them."""
+    failed = hosts.run("app-a", "-n", "nightly", "--", "sh", "-c", "exit 3")
+    assert failed.returncode == 3
+    run_id = hosts.json("app-a", "history", "nightly")[0]["run_id"]
+    empty = hosts.run("app-b", "history", "nightly")
+    assert empty.returncode == 0 and "no runs recorded" in empty.stdout
+    assert empty.stderr.count("\n") == 1 and "add --fleet" in empty.stderr
+    missing = hosts.run("app-b", "show", run_id[:8])
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "add --fleet" in missing.stderr
+    found = hosts.run("app-b", "show", run_id[:8], "--fleet")
+    assert found.returncode == 0 and "failed" in found.stdout
+    assert "--capture-tail SIZE keeps" in found.stdout  # no tail kept: how to keep one
+    assert hosts.run("app-a", "history", "nightly").stderr == ""  # found here: nothing to add

@@ -58,8 +58,9 @@ def history(
         render.print_json(rows)
     else:
         render.history_table(rows)
-    if hint:
-        say(hint)
+    for line in (hint, records.fleet_hint(resolved, fleet, bool(rows))):
+        if line:
+            say(line)
     ctx.exit(0)
 
 

@@ -184,7 +184,9 @@ def run_details(row: Row, tail: str | None) -> None:
         shown = command_line(value) if key == "command" else ("-" if value is None else value)
         lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
     sys.stdout.write("\n".join(lines) + "\n")
-    if tail is not None:
+    if tail is None:
+        sys.stdout.write("--- no output kept: --capture-tail SIZE keeps the last SIZE of a run's output ---\n")
+    else:
         # Another host's output, perhaps: its lines and tabs as they were, escape sequences shown.
         sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{printable(tail, keep=chr(10) + chr(9))}")
         if tail and not tail.endswith("\n"):

@@ -63,8 +63,19 @@ def find_run(resolved: Settings, run_id: str, fleet: bool) -> FoundRun | None:
 
 
 def not_found_where(resolved: Settings, fleet: bool) -> str:
-    """Where ``show`` looked, for its "no run" line."""
-    return f"the ledger {resolved.ledger_path}" + (" or the fleet record" if fleet and resolved.redis_url else "")
+    """Where ``show`` looked, for its "no run" line, and where else it could look."""
+    if fleet and resolved.redis_url:
+        return f"the ledger {resolved.ledger_path} or the fleet record"
+    elsewhere = "; another host's run is in the fleet record: add --fleet" if resolved.redis_url else ""
+    return f"this host's ledger {resolved.ledger_path}{elsewhere}"
+
+
+def fleet_hint(resolved: Settings, fleet: bool, found_any: bool) -> str | None:
+    """For ``history`` without --fleet on a host that recorded nothing: the other hosts' runs are
+    in the fleet record (said without asking Redis, which this command does not otherwise need)."""
+    if found_any or fleet or not resolved.redis_url:
+        return None
+    return "this host's ledger has no such runs; every host's runs are in the fleet record: add --fleet"
 
 
 def prune(resolved: Settings, older_than_s: float) -> int | None:
