@@ -127,6 +127,18 @@ def test_help_and_version(env):
     assert "--on-lost" in run_lockrun(env, "-n", "x", "--help").stdout  # bare form: run's help
 
 
+def test_plain_lockrun_prints_the_help_on_several_lines(local_env):
+    """No arguments: the help as `lockrun --help` prints it (not squashed into one line), on stderr,
+    exit 2 (README "Exit codes": a missing command is a usage error)."""
+    result = run_lockrun(local_env)
+    assert result.returncode == 2, result
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr == run_lockrun(local_env, "--help").stdout
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Usage: lockrun [OPTIONS] COMMAND [ARGS]..." and "Commands:" in lines
+    assert max(map(len, lines)) <= 100
+
+
 def test_python_dash_m_works(env):
     import subprocess
     import sys
