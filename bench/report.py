@@ -83,6 +83,16 @@ def main(folder: str, command: str) -> None:
                      f"{i['idle_cpu_ms_per_min']['lockrun']:.1f} ms/min" +
                      (f" (the version before, run beside it: {base:.1f} ms/min)" if base is not None else ""),
                      "no measurable growth", "-"))
+    local_wait = d / "local_wait.json"
+    if local_wait.exists():
+        w = json.loads(local_wait.read_text())
+        cpu, p50, p99 = w["waiting_cpu_percent"], w["handover_p50_ms"], w["handover_p99_ms"]
+        before = (f" (the version before, run beside it: {cpu['baseline']:.2f} %, hand-over p50"
+                  f" {p50['baseline']:.2f} ms)" if "baseline" in cpu else "")
+        rows.append((f"a local `--wait`: CPU of a waiter over {w['seconds']:g} s (median of {w['rounds']}), and"
+                     " hand-over to 2 waiters", f"{cpu['lockrun']:.2f} % of a core; hand-over p50 {p50['lockrun']:.2f}"
+                     f" ms, p99 {p99['lockrun']:.2f} ms{before}", "well under 1 %; hand-over no slower",
+                     verdict(cpu["lockrun"] < 1.0)))
     timeline = d / "timeline.json"
     if timeline.exists():
         rows.append(timeline_row(json.loads(timeline.read_text())))

@@ -31,7 +31,11 @@ def assert_one_line(result, code: int, *needles: str) -> None:
         (["-w", "-1", "--", "true"], "--wait"),
         (["--wait", "soon", "--", "true"], "--wait"),
         (["--timeout", "0", "--", "true"], "--timeout"),
-        (["--timeout", "1h", "--", "true"], "--timeout"),
+        (["--timeout", "1w", "--", "true"], "--timeout"),
+        (["--timeout", "366d", "--", "true"], "at most 365d"),
+        (["--ttl", "2 m", "--", "true"], "2m, 1.5h, 7d"),
+        (["--min-hold", "0", "--", "true"], "more than 0"),
+        (["--remember", "36501d", "--", "true"], "at most 36500d"),
         (["--kill-after", "-1", "--", "true"], "--kill-after"),
         (["--on-lost", "ignore", "--", "true"], "--on-lost"),
         (["-E", "256", "--", "true"], "--busy-exit-code"),
@@ -71,7 +75,7 @@ def test_bad_url_query_is_a_usage_error(env, redis_server):
 
 
 def test_bad_read_command_input(env):
-    assert_one_line(run_lockrun(env, "history", "--since", "yesterday"), 2, "--since")
+    assert_one_line(run_lockrun(env, "history", "--since", "tomorrowish"), 2, "--since", "yesterday, 14:00")
     assert_one_line(run_lockrun(env, "history", "--limit", "0"), 2, "--limit")
     assert_one_line(run_lockrun(env, "history", "--status", "great"), 2, "--status")
     assert_one_line(run_lockrun(env, "status", "bad name"), 2, "invalid lock name")
@@ -125,6 +129,18 @@ def test_help_and_version(env):
         assert result.returncode == 0 and result.stdout.startswith("Usage: lockrun")
     assert "Commands:" in run_lockrun(env, "--help").stdout
     assert "--on-lost" in run_lockrun(env, "-n", "x", "--help").stdout  # bare form: run's help
+
+
+def test_plain_lockrun_prints_the_help_on_several_lines(local_env):
+    """No arguments: the help as `lockrun --help` prints it (not squashed into one line), on stderr,
+    exit 2 (README "Exit codes": a missing command is a usage error)."""
+    result = run_lockrun(local_env)
+    assert result.returncode == 2, result
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr == run_lockrun(local_env, "--help").stdout
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Usage: lockrun [OPTIONS] COMMAND [ARGS]..." and "Commands:" in lines
+    assert max(map(len, lines)) <= 100
 
 
 def test_python_dash_m_works(env):

@@ -4,6 +4,7 @@ line on stderr and an exit code (README "Exit codes"). Only ``cli/`` imports cli
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -29,12 +30,22 @@ def _one_line(exc: click.ClickException) -> str:
     return f"{message} (see '{hint}')"
 
 
+def _no_command() -> int:
+    """Plain ``lockrun``: the help, on stderr and on several lines as ``lockrun --help`` prints it,
+    and exit 2 (README "Exit codes"): no command is a usage error, whatever click's version does."""
+    ctx = click.Context(cli, info_name="lockrun", **cli.context_settings)
+    click.echo(cli.get_help(ctx), err=True)
+    return ExitCode.USAGE
+
+
 def main(argv: list[str] | None = None) -> None:
     from lockrun.system import own_output
 
     closed = own_output.reserve_standard_streams()
     own_output.guard(closed_at_start=1 in closed)  # lockrun's own output failing: one line, exit 1
     args = sys.argv[1:] if argv is None else list(argv)
+    if not args and "_LOCKRUN_COMPLETE" not in os.environ:  # shell completion also comes without arguments
+        sys.exit(own_output.finish(_no_command(), say))
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
     except own_output.OutputFailed as exc:

@@ -13,10 +13,11 @@ from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
 from lockrun.core import zones
 from lockrun.core.errors import LockrunError, UsageError
-from lockrun.core.record import Status
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from click.shell_completion import CompletionItem
 
     # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
     # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
@@ -53,24 +54,30 @@ class Validated(ParamTypeBase):
 
 
 def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
+    """A time value of at most 365 days: ``90``, ``90s``, ``2m``, ``1.5h``, ``7d`` (config/values)."""
     return Validated(
-        "SECONDS", lambda value, what: values.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
+        "DURATION", lambda value, what: values.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
     )
 
 
-DURATION = Validated("DURATION", values.parse_duration)
+DURATION = Validated("DURATION", values.parse_duration)  # the same syntax, at most 100 years
 MIN_HOLD = Validated("DURATION", values.parse_min_hold)
 LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
-def _moment(value: str, what: str) -> float | datetime:
-    from lockrun.views.timeline_window import parse_moment  # not at import time: `run` never needs it
+def moment_type(maximum: float | None = None) -> Validated:
+    """A ``--since``/``--until``: a duration ago (at most ``maximum``; default the timeline's window) or a time."""
 
-    return parse_moment(value, what)
+    def parse(value: str, what: str) -> float | datetime:
+        from lockrun.config.moments import MAX_WINDOW_S, parse_moment  # not at import time: `run` never needs it
+
+        return parse_moment(value, what, maximum=MAX_WINDOW_S if maximum is None else maximum)
+
+    return Validated("TIME", parse)
 
 
-MOMENT = Validated("TIME", _moment)
+MOMENT = moment_type()
 HOST = Validated("H", values.validate_host)
 REPLICAS = Validated("N|all", values.parse_replicas)
 SIZE = Validated("SIZE", values.parse_size)
@@ -92,7 +99,24 @@ def output_file(dash: bool = False) -> Validated:
     return Validated("PATH", check, echo_value=False)
 
 
-STATUS_CHOICES = [status.value for status in Status]
+class StatusFilter(Validated):
+    """``history --status``: ledger statuses, comma-separated (and the option repeatable), or
+    ``failures``; completion offers them, after a comma too."""
+
+    def __init__(self) -> None:
+        super().__init__("STATUSES", values.parse_status_filter)
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        from click.shell_completion import CompletionItem
+
+        done, _, last = incomplete.rpartition(",")
+        head = done + "," if done else ""
+        return [CompletionItem(head + name) for name in values.STATUS_FILTER_NAMES if name.startswith(last)]
+
+
+STATUS_FILTER = StatusFilter()
 
 
 RUN_ID = Validated("RUN_ID", lambda value, what: values.validate_run_id(value), echo_value=False)

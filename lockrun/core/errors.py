@@ -31,8 +31,8 @@ class ExitCode(IntEnum):
 EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("the command's own", "the command exited", "yes"),
     ("128+N", "the command was killed by signal N", "yes"),
-    ("2", "usage error: bad flag, value, name or missing command; a name used elsewhere with another --slots N or"
-          " --once time zone", "no"),
+    ("2", "usage error: bad flag, value, name or missing command (plain `lockrun` prints its help on stderr);"
+          " a name used elsewhere with another --slots N or --once time zone", "no"),
     ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
            " local backend: the state directory cannot be used), or holds data for this lock that lockrun did not"
            " write, or is a Redis that may evict keys (maxmemory-policy) or is out of memory", "no"),

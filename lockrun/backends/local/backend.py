@@ -26,6 +26,7 @@ from pathlib import Path
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
 from lockrun.backends.local.records import Description, LockRecords, cooling, stored_fence
+from lockrun.backends.local.waiting import MAX_WATCHED, KernelWaits
 from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
@@ -47,6 +48,8 @@ class LocalBackend:
         self.inspection = LocalInspection(self.files, self.records)
         self._held: dict[str, int] = {}  # token -> locked descriptor
         self._slot_of: dict[str, int] = {}  # token -> slot index, for --slots leases
+        self._slots_of_name: dict[str, int] = {}  # name -> the --slots N of its last acquire, for waiting
+        self._waits: KernelWaits | None = None  # made by the first wait
 
     def _cannot_write(self, exc: OSError, what: str = "write to") -> BackendUnavailable:
         return BackendUnavailable(f"cannot {what} {self.files.locks_dir}: {exc.strerror}")
@@ -58,6 +61,7 @@ class LocalBackend:
         slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         self.files.ready()
+        self._slots_of_name[name] = slots
         if slots > 1:
             return self._acquire_slot(name, token, ttl, info, once, slots)
         held_slots = self.files.held_slots(name)
@@ -260,8 +264,30 @@ class LocalBackend:
         return True
 
     def wait_for_release(self, name: str, timeout: float) -> None:
-        """Local waiters poll: a kernel lock has no wake-up call. 5 ms keeps hand-over quick."""
-        time.sleep(max(0.0, min(timeout, 0.005)))
+        """Sleep in the kernel until the holder of ``name`` (under --slots, of one of its first
+        slots) lets go, a signal comes or ``timeout`` passes (waiting.py): no polling. A finished
+        run's --min-hold holds no kernel lock; its end is a time, slept until."""
+        if timeout <= 0:
+            return
+        if self._waits is None:
+            self._waits = KernelWaits()
+        self._waits.forget(self._held_files())
+        slots = self._slots_of_name.get(name, 1)
+        if slots == 1 and cooling(name, self.records.read(name)) is not None:
+            self._waits.sleep(timeout)  # the caller's timeout ends with the --min-hold
+            return
+        paths = ([self.files.lock_path(name)] if slots == 1
+                 else [self.files.lock_path(name, slot) for slot in range(min(slots, MAX_WATCHED))])
+        self._waits.wait(paths, timeout)
+
+    def _held_files(self) -> set[tuple[int, int]]:
+        """(device, inode) of every lock file this backend holds: no descriptor of them may be closed."""
+        held = set()
+        for fd in self._held.values():
+            with contextlib.suppress(OSError):
+                st = os.fstat(fd)
+                held.add((st.st_dev, st.st_ino))
+        return held
 
     # -- inspection -------------------------------------------------------------------------------
 
@@ -279,3 +305,5 @@ class LocalBackend:
         for fd in self._held.values():
             os.close(fd)
         self._held.clear()
+        if self._waits is not None:
+            self._waits.forget(set())  # nothing held any more: every finished helper's descriptor may go
