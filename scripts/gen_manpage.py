@@ -108,8 +108,9 @@ EXAMPLES = [
      "*/10 * * * * /usr/local/bin/lockrun -n sync-invoices --capture-tail 10k "
      "--ping https://hc-ping.com/your-check-uuid --notify https://hooks.slack.com/services/T000/B000/XXXX "
      "--notify-format slack -- /opt/app/bin/sync-invoices"),
-    ("A shell pipeline (lockrun runs argv directly):",
-     "30 2 * * * /usr/local/bin/lockrun -n nightly-dump -- sh -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
+    ("A shell pipeline (lockrun runs argv directly; pipefail: a failing pg_dump fails the run):",
+     "30 2 * * * /usr/local/bin/lockrun -n nightly-dump -- "
+     "bash -o pipefail -c 'pg_dump app | gzip > /backup/app.sql.gz'"),
     ("See who holds what, what ran, and clear a crashed holder:",
      "lockrun status\nlockrun history sync-invoices --since 7d\nlockrun unlock sync-invoices"),
     ("Every host's runs of a job, from the fleet record in Redis, and one scrape for the fleet:",

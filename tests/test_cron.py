@@ -1,4 +1,4 @@
-"""Every crontab line in the README, run by Debian's real cron daemon, as written.
+"""Every crontab line in the README and docs/, run by Debian's real cron daemon, as written.
 
 The README's crontab lines are extracted (tests/readme_crontab.py) and installed with only these
 changes: every schedule fires every minute (``@reboot`` stays), ``/usr/local/bin`` is the test's
@@ -133,8 +133,8 @@ FAILED_RE = re.compile(r"grandchild #(?P<pid>\d+) (?:failed with exit status (?P
 def scenario_for(line: CrontabLine) -> Scenario:
     found = [s for s in SCENARIOS if (f"-n {s.match}" if s.kind == "run" else s.match) in line.command]
     assert len(found) == 1, (
-        f"README line {line.line_no} ({line.text!r}) has {len(found)} scenarios in tests/test_cron.py;"
-        " a crontab line in the README must be run by this test: give it exactly one"
+        f"{line.where} ({line.text!r}) has {len(found)} scenarios in tests/test_cron.py;"
+        " a crontab line in the README or docs/ must be run by this test: give it exactly one"
     )
     return found[0]
 
@@ -263,7 +263,7 @@ class Job:
 
     def crontab(self, config: Path, receiver_url: str) -> list[str]:
         when = "@reboot" if self.line.when == "@reboot" else "* * * * *"
-        lines = [f"# {self.id}: README line {self.line.line_no}", "PATH=/usr/bin:/bin"]
+        lines = [f"# {self.id}: {self.line.where}", "PATH=/usr/bin:/bin"]
         lines += [self.mapped(env, receiver_url) for env in self.line.env]
         lines += [f"{key}={value or chr(34) * 2}" for key, value in self.settings(config).items()]  # "": unset
         lines += [f"MAILTO={self.id}", f"{when} {self.mapped(self.line.command, receiver_url)}"]
@@ -554,7 +554,7 @@ def check(jobs: list[Job], log: CronLog, root: Path, receiver: Receiver) -> None
     summary: list[str] = []
     outcomes: dict[str, set[int]] = {}
     for job in jobs:
-        where = f"{job.id} (README line {job.line.line_no}, {job.backend}: {job.line.text})"
+        where = f"{job.id} ({job.line.where}, {job.backend}: {job.line.text})"
         fired = [(pid, f) for pid, f in firings.items() if str(job.dir) + "/" in f["command"]]  # as cron logged
         rows = job.rows()
         statuses = [f["status"] for _, f in fired]
@@ -596,7 +596,8 @@ def check(jobs: list[Job], log: CronLog, root: Path, receiver: Receiver) -> None
                        + ", ".join(f"{r['status']}/{r['exit_status']}" for r in rows)
                        + f"; cron saw {statuses}; mails {len(got_mail)}")
     total_fired = sum(1 for f in firings.values() if str(root) + "/j" in f["command"])
-    print(f"\nreal cron: {len(crontab_lines())} crontab lines in the README, {len({j.line for j in jobs})} distinct,"
+    print(f"\nreal cron: {len(crontab_lines())} crontab lines in the README and docs/,"
+          f" {len({j.line for j in jobs})} distinct,"
           f" x 2 backends = {len(jobs)} jobs;"
           f" {ticks(root)} ticks; {total_fired} firings; {sum(len(j.rows()) for j in jobs)} ledger rows;"
           f" {sum(len(v) for k, v in mails.items() if k.startswith('j'))} mails")
@@ -618,7 +619,7 @@ def adjusted(job: Job, expect: Expect, row: dict, rows: list[dict]) -> Expect:
 def scenario_checks(job: Job, rows: list[dict], receiver: Receiver) -> list[str]:
     """What each scenario shows beyond statuses: keys, waits, replacement, pings, metrics."""
     problems = []
-    where = f"{job.id} ({job.backend}, README line {job.line.line_no})"
+    where = f"{job.id} ({job.backend}, {job.line.where})"
     plan = job.scenario.plan
     if job.scenario.kind == "run" and len(rows) != len(job.expected):
         return problems  # already reported

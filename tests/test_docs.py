@@ -17,6 +17,7 @@ from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs" / "reference.md").read_text()
 MAN = ROOT / "man" / "lockrun.1"
 
 
@@ -80,13 +81,28 @@ def test_man_page_has_every_section_option_and_exit_code():
         assert code in text
 
 
-def test_readme_documents_every_command_and_option():
+def test_the_reference_documents_every_command_and_option():
     for name in cli.commands:
-        assert f"lockrun {name}" in README, f"README lacks `lockrun {name}`"
+        assert f"lockrun {name}" in REFERENCE, f"docs/reference.md lacks `lockrun {name}`"
     for command, param in all_options():
         if param.name == "help":
             continue
-        assert any(opt in README for opt in param.opts), f"README lacks {command} {param.opts}"
+        assert any(opt in REFERENCE for opt in param.opts), f"docs/reference.md lacks {command} {param.opts}"
+
+
+def test_the_readme_is_a_front_door():
+    """Short, with a table of contents, the five everyday tasks and a link to every reference page."""
+    assert len(README.splitlines()) <= 400
+    assert "## Contents" in README
+    for task in ("Wrap a crontab line", "See what holds a lock", "Clear a stuck lock", "See why a run failed",
+                 "Get told on failure"):
+        assert f"### {task}" in README, task
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name}" in README, f"the README does not link docs/{page.name}"
+    for anchor in re.findall(r"\(docs/([a-z]+\.md)#([a-z0-9-]+)\)", README):
+        headings = re.findall(r"^#+ (.+)$", (ROOT / "docs" / anchor[0]).read_text(), re.MULTILINE)
+        slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+        assert anchor[1] in slugs, f"README links docs/{anchor[0]}#{anchor[1]}, which has no such heading"
 
 
 def test_readme_exit_code_table_matches_the_enum_docs():

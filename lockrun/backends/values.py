@@ -49,7 +49,7 @@ class OnceKey(NamedTuple):
     key: str
     remember_s: float
     # The canonical time zone the key was computed in, when it is time-derived (--once-per, or
-    # --once with a % conversion): every run of the name must use the same (README "One zone
+    # --once with a % conversion): every run of the name must use the same (docs/guarantees.md "One zone
     # per name"). None: the key does not depend on the time.
     zone: str | None = None
     zone_from: str = ""  # where that zone came from (--tz, the host's local zone...), for messages
@@ -63,7 +63,7 @@ class Duplicate(NamedTuple):
 
 
 class FleetRecord(NamedTuple):
-    """A finished run for the fleet record (README "One fleet, one memory"), written by the same
+    """A finished run for the fleet record (docs/fleet.md "One fleet, one memory"), written by the same
     script that releases (or clears) the lock. The local backend has no fleet record: its
     ledger is the whole memory of this host."""
 
@@ -119,7 +119,7 @@ _INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, 
 
 
 class Holder(NamedTuple):
-    """Who holds a lock, as recorded in the backend (README, "Redis keys").
+    """Who holds a lock, as recorded in the backend (docs/redis.md "Redis keys").
 
     Build one with :meth:`from_fields`: the one place where a holder record read back
     from Redis or the state directory (possibly written by someone else) is parsed.

@@ -72,7 +72,7 @@ GLOBAL_OPTION_NAMES = ("--config", "--redis-url", "--redis-ca", "--prefix", "--l
 
 
 def global_options(fn: F) -> F:
-    """The settings every subcommand accepts (README, "Usage"); read back with :func:`resolved_settings`."""
+    """The settings every subcommand accepts (docs/reference.md "Usage"); read back with :func:`resolved_settings`."""
     options = [
         click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
                      help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),

@@ -84,14 +84,14 @@ from lockrun.core.errors import UsageError
 @click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
 @click.option("--capture-tail", metavar="SIZE", type=SIZE,
               help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
-# Descendants that leave the command's group (README "What lockrun guarantees, and how": the command).
+# Descendants that leave the command's group (docs/guarantees.md "What lockrun guarantees, and how": the command).
 @click.option("--keep-detached", is_flag=True,
               help="Let processes that leave the command's process group (setsid, double forks, daemons) run on "
                    "after the run: they are not stopped, and outlive the lock's protection. By default everything "
                    "the command started is stopped, and reaped, before the lock is released.")
 @click.option("-v", "--verbose", is_flag=True, help="Say what lockrun does (on stderr).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no warnings.")
-# README "Never twice, whatever lockrun cannot see": an evicting Redis, one zone per name.
+# docs/guarantees.md "What lockrun guarantees, and how": an evicting Redis, one zone per name.
 @click.option("--tz", "tz", type=ZONE, envvar="LOCKRUN_TZ", show_envvar=True, metavar="ZONE",
               help="The time zone (IANA name: UTC, Europe/Berlin) of --once-per periods and --once % keys; every "
                    "run of one name must use the same [default: config timezone, else this host's local zone].")

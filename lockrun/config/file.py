@@ -55,7 +55,7 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
     "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
     "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
-    # README "Never twice, whatever lockrun cannot see"
+    # docs/guarantees.md "What lockrun guarantees, and how"
     "allow_eviction": ((bool,), "true or false (run even on a Redis that may evict keys)"),
     "timezone": ((str,), "a string: an IANA time zone name such as \"UTC\" or \"Europe/Berlin\""),
 }

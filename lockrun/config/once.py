@@ -1,5 +1,5 @@
 """The ``--once`` key rules: a key template expanded with strftime in the name's zone, and the key
-of a ``--once-per`` period (README "Once per period").
+of a ``--once-per`` period (docs/reference.md "`--once KEY` and `--once-per PERIOD`: idempotency").
 """
 
 from __future__ import annotations

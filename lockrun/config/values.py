@@ -1,4 +1,4 @@
-"""Parsers of single values, each with its documented range (README "Ranges"): lock names, run
+"""Parsers of single values, each with its documented range (docs/reference.md "Ranges"): lock names, run
 ids, seconds and durations, sizes, replicas, host names, notify statuses and URLs, output paths.
 A bad value raises UsageError (exit 2; 78 when it came from the config file).
 """

@@ -1,4 +1,4 @@
-"""Every default and every limit, written once (README "Ranges"; rq's ``defaults.py`` is the model).
+"""Every default and every limit, written once (docs/reference.md "Ranges"; rq's ``defaults.py`` is the model).
 
 Parsers (``config/values``), the config file's schema, ``--help`` and the README's tables quote
 these; a default restated elsewhere is a bug waiting to happen.
@@ -17,7 +17,7 @@ DEFAULT_BUSY_EXIT = ExitCode.BUSY.value  # 75, EX_TEMPFAIL: what a busy lock exi
 DEFAULT_REMEMBER = "30d"  # how long a --once key stays done
 DEFAULT_REMEMBER_S = 30 * 86400.0  # the same, in seconds
 DEFAULT_TIMELINE_WIDTH = 100  # `timeline` without a terminal or $COLUMNS
-# The fleet record's retention (README "One fleet, one memory"): per name, the newest runs kept
+# The fleet record's retention (docs/fleet.md "One fleet, one memory"): per name, the newest runs kept
 # in its stream, and how long the record of a name outlives its last write.
 DEFAULT_FLEET_KEEP_RUNS = 1000
 DEFAULT_FLEET_KEEP_DAYS = 90

@@ -1,4 +1,4 @@
-"""Reading back what lockrun stored, which someone else may have written (README "Written by others").
+"""Reading back what lockrun stored, which someone else may have written (docs/operating.md "Operating it").
 
 Everything read from Redis, the state directory or the ledger goes through one of these. Two
 families: the lenient readers (``parse_*``) turn anything they cannot use into None or an empty

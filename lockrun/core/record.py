@@ -1,6 +1,6 @@
 """The shape of one run as every reader shows it (``history --json``), and its flat string form.
 
-The ledger stores runs in SQLite; the fleet record (README "One fleet, one memory")
+The ledger stores runs in SQLite; the fleet record (docs/fleet.md "One fleet, one memory")
 stores them in Redis as flat field/value strings, written by the lock scripts and read
 back by any host. Whatever comes back from Redis may have been written by someone else,
 so :func:`row_from_fields` accepts anything and keeps only values of the right type.
@@ -18,7 +18,7 @@ from lockrun.core.readers import parse_bool, parse_command, parse_float, parse_i
 
 class Status(str, Enum):
     """A run's ledger status: one vocabulary for the ledger, the fleet record, the CLI, the
-    tables and charts, webhooks and metrics (README, "Ledger statuses")."""
+    tables and charts, webhooks and metrics (docs/operating.md "The run ledger")."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"  # the command exited 0
@@ -47,7 +47,7 @@ FINAL_STATUSES = (
 NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED})
 #: Stored as running; read as abandoned once its lockrun is known to be gone.
 IN_PROGRESS = frozenset({Status.RUNNING, Status.ABANDONED})
-#: ``history --status failures``: every way a run can go wrong (README "Ledger statuses").
+#: ``history --status failures``: every way a run can go wrong (docs/operating.md "The run ledger").
 FAILURES = "failures"
 FAILURE_STATUSES = (
     Status.FAILED, Status.TIMEOUT, Status.LOST, Status.KILLED, Status.ABANDONED, Status.ERROR, Status.UNAVAILABLE,

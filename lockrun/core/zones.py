@@ -1,4 +1,4 @@
-"""The time zone of a name's ``--once`` periods (README "One zone per name").
+"""The time zone of a name's ``--once`` periods (docs/guarantees.md "One zone per name").
 
 ``--once-per day`` keys a run by the day it starts in, and a day starts at another moment in
 every zone: two hosts in different zones would compute different keys at the same instant,

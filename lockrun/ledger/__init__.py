@@ -1,4 +1,4 @@
-"""The run ledger: one SQLite file per host that records every run (README "The ledger").
+"""The run ledger: one SQLite file per host that records every run (docs/internals.md "The ledger").
 
 ``store``: the ``Ledger`` and its writes and reads (no liveness decisions: those are views');
 ``file``: the schema, the migrations and opening the file safely; ``timeline``: the one query

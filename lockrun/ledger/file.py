@@ -116,7 +116,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Whether the release found the lock no longer the run's (1: it may have overlapped another
     # run; 0: released as its own; NULL: no release, or none recorded then), and, per name, how
     # many runs were so flagged, kept as they finish (like run_counts: prune never lowers a
-    # Prometheus counter). README "A run that lost its lock says so".
+    # Prometheus counter). docs/guarantees.md "A run that lost its lock says so".
     7: (
         "ALTER TABLE runs ADD COLUMN lock_lost_at_release INTEGER",
         """

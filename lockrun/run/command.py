@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class RunFlags(NamedTuple):
-    """``lockrun run``'s flags as parsed (README "Usage"); None where a flag was not given."""
+    """``lockrun run``'s flags as parsed (docs/reference.md "Usage"); None where a flag was not given."""
 
     command: tuple[str, ...]
     name: str | None
@@ -77,7 +77,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
     argv = list(flags.command)
     name = flags.name or values.default_name(argv)
     once, once_per = flags.once, flags.once_per
-    # Only a key that depends on the time depends on a zone (README "One zone per name").
+    # Only a key that depends on the time depends on a zone (docs/guarantees.md "One zone per name").
     time_derived = once_per is not None or (once is not None and zones.is_time_derived(once))
     zone = once_zone(flags, resolved) if time_derived else None
     once_key = expand_once_key(once, zone) if once is not None else None

@@ -5,7 +5,7 @@
       -> the final row (the one mapping from an outcome to every record of the run: see row)
       -> now and then a prune, and the metrics file if one is asked for
 
-The ledger is best effort (README "What lockrun guarantees, and how"): a ledger that cannot
+The ledger is best effort (docs/guarantees.md "What lockrun guarantees, and how"): a ledger that cannot
 be opened or written never stops the command. A ledger that cannot be opened is said once,
 and only when it is clear what that means for the run (see :meth:`RunJournal.say_problem`).
 

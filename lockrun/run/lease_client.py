@@ -57,7 +57,7 @@ class LeaseClient:
         self.token = os.urandom(16).hex()  # from the kernel CSPRNG
 
     def holder_info(self) -> dict[str, str]:
-        """What the holder record says about this run (README "Redis keys")."""
+        """What the holder record says about this run (docs/redis.md "Redis keys")."""
         now = utc_now_iso()
         return {
             "token": self.token,

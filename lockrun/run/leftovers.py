@@ -1,5 +1,5 @@
 """What the command leaves behind, or what leaves its process group: found, stopped and reaped
-before the lock is released (README "Nothing the command started outlives the lock").
+before the lock is released (docs/guarantees.md "What the command starts").
 
 lockrun is a child subreaper, so a process the command started and left (``setsid``, a double
 fork, ``nohup ... &``) is re-parented to lockrun and stays within reach (strays.py); where lockrun

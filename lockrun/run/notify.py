@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 ATTEMPT_TIMEOUT = 2.0
 ATTEMPTS = 2
-#: Seconds for everything sent after the run, all endpoints together: 5 s (README "Telling
+#: Seconds for everything sent after the run, all endpoints together: 5 s (docs/operating.md "Telling
 #: someone") less the time lockrun takes to give up on threads still waiting and to exit.
 DELIVERY_BUDGET = 4.0
 RETRY_PAUSE = 0.2

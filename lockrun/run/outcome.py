@@ -3,7 +3,7 @@
 The inputs are how the command ended (its exit code or signal) and why lockrun stopped
 it, if it did (a lost lease, a ``--replace`` by another run, ``--timeout``, a forwarded
 signal that ran past ``--kill-after``); the result is lockrun's exit code (README "Exit codes"), the ledger
-status (README "Ledger statuses") and a note. Pure: no process, no clock, no backend,
+status (docs/operating.md "The run ledger") and a note. Pure: no process, no clock, no backend,
 so the table can be checked without running anything.
 
 The busy message is here too: it is what a busy outcome says, on the terminal and in a ping.
@@ -36,7 +36,7 @@ class Outcome(NamedTuple):
     output_tail: str | None = None
     lease_lost: bool = False  # the lease was lost while the command ran (stopped for it or not)
     # The release found the lock no longer this run's (True), released it (False), or was not
-    # made or did not reach the backend (None): README "A run that lost its lock says so".
+    # made or did not reach the backend (None): docs/guarantees.md "A run that lost its lock says so".
     lock_lost_at_release: bool | None = None
 
     def noted(self, note: str) -> Outcome:

@@ -15,7 +15,7 @@
 The order matters: the ledger row exists before anything can fail quietly, the lock is
 released only after the command and everything it started are gone, and telling someone
 (which may take seconds) comes after the release, never inside the lease. Each step is
-described where it lives; README "What lockrun guarantees, and how" says why.
+described where it lives; docs/guarantees.md "What lockrun guarantees, and how" says why.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lockrun.run.notify import Delivery
 
 
-#: The note of a run whose release found the lock no longer its own (README "A run that lost its
+#: The note of a run whose release found the lock no longer its own (docs/guarantees.md "A run that lost its
 #: lock says so"); a run whose lease was already lost says that in its status or note instead.
 LOST_AT_RELEASE_NOTE = ("the lock was no longer this run's at its release (expired, evicted, stolen or cleared):"
                         " another run may have overlapped it")
@@ -88,7 +88,7 @@ class RunOptions(NamedTuple):
     replace: bool = False  # ask a busy lock's holder to stop instead of skipping
     slots: int = 1  # up to this many holders of the name at once
     call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
-    once_zone: Zone | None = None  # the zone of a time-derived --once key (README "One zone per name")
+    once_zone: Zone | None = None  # the zone of a time-derived --once key (docs/guarantees.md "One zone per name")
     keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
 
 

@@ -14,7 +14,7 @@
 Whatever lockrun sends the group also goes to the command's descendants that left it
 (strays.py), and orphans re-parented to lockrun are reaped on every wake-up. The keeper thread
 only renews; it is this loop, on the main thread, that decides the lease can no longer be
-trusted (README "What lockrun guarantees, and how": the deadline), so a keeper that hangs or
+trusted (docs/guarantees.md "What lockrun guarantees, and how": the deadline), so a keeper that hangs or
 dies still ends in a stopped command. The loop sleeps on the signal relay's self-pipe
 (signals.py) until the next deadline: no CPU while idle. Only the drain, which lasts at most
 --kill-after, also wakes up now and then, to look for descendants that exited (a grandchild's

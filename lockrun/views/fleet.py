@@ -1,4 +1,4 @@
-"""Every host's runs, read back from the fleet record (README "One fleet, one memory").
+"""Every host's runs, read back from the fleet record (docs/fleet.md "One fleet, one memory").
 
 The acquire script appends a ``start`` event to a name's ``runs`` stream and the release
 script an ``end`` event carrying the run's final row; ``last`` holds the newest finished

@@ -1,5 +1,5 @@
 """What ``history``, ``show``, ``prune`` and ``metrics`` find: this host's ledger, or with
-``--fleet`` (and a Redis URL) every host's fleet record (README "One fleet, one memory").
+``--fleet`` (and a Redis URL) every host's fleet record (docs/fleet.md "One fleet, one memory").
 
 Nothing here prints; a ledger that exists but cannot be read raises LedgerError (exit 1).
 """

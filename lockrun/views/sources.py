@@ -1,7 +1,7 @@
 """Where the read commands find runs: this host's ledger, or every host's fleet record in Redis.
 
 ``history``, ``show``, ``metrics`` and ``timeline`` read this host's ledger, or with ``--fleet``
-(and a Redis URL) the fleet record (README "One fleet, one memory"). The fleet readers here open
+(and a Redis URL) the fleet record (docs/fleet.md "One fleet, one memory"). The fleet readers here open
 the backend, ask, and close it again; an unreachable Redis raises BackendUnavailable (exit 69).
 Nothing here prints: the CLI renders what comes back.
 """

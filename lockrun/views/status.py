@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class LockEntry(TypedDict):
-    """One lock (one holder of it, under --slots) as ``status --json`` lists it (README, "Operating it")."""
+    """One lock (one holder of it, under --slots) as ``status --json`` lists it (docs/operating.md "Operating it")."""
 
     name: str
     state: str  # free, held, zombie, cooling, malformed; unknown when the backend could not be asked
@@ -116,7 +116,7 @@ def lock_state(holder: Holder) -> str:
 
 
 def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None) -> LockEntry:
-    """One lock as ``status --json`` lists it (README, "Operating it")."""
+    """One lock as ``status --json`` lists it (docs/operating.md "Operating it")."""
     if holder is None:
         return {
             "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
@@ -236,7 +236,7 @@ class StatusReport(NamedTuple):
 
 
 def status_report(resolved: Settings, names: list[str] | None) -> StatusReport:
-    """Ask the backend, then the ledger for each lock's last run (README "Status")."""
+    """Ask the backend, then the ledger for each lock's last run (docs/operating.md "Operating it")."""
     from lockrun.backends.connect import open_backend
     from lockrun.views.reading import backend_hint, open_ledger_or_warning
 
@@ -256,7 +256,7 @@ def status_report(resolved: Settings, names: list[str] | None) -> StatusReport:
 
 
 def evicting_servers(backend: Backend) -> list[str]:
-    """One warning line per Redis server that may evict keys (README "A Redis that evicts keys"):
+    """One warning line per Redis server that may evict keys (docs/guarantees.md "A Redis that evicts keys"):
     one INFO memory per server, after the locks were read."""
     if backend.name != "redis":
         return []

@@ -46,7 +46,7 @@ class Inspection(NamedTuple):
     def clearable(self) -> bool:
         """Nothing runs under it: a holder proven dead, or a finished run's --min-hold. A stale
         heartbeat alone is not enough: a holder cut off from Redis still runs its command until
-        its own deadline, and its lease expires by itself then (README "Is the holder alive?")."""
+        its own deadline, and its lease expires by itself then (docs/internals.md "Is the holder alive?")."""
         return (self.zombie and self.proven) or self.cooling
 
     def refusal(self) -> str:

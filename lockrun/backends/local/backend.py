@@ -153,7 +153,7 @@ class LocalBackend:
         return busy or Holder(name=name, slotted=True)
 
     def _agree_on_zone(self, name: str, once: OnceKey | None, ttl: float) -> None:
-        """README "One zone per name": a time-derived --once key computed in another zone than the
+        """docs/guarantees.md "One zone per name": a time-derived --once key computed in another zone than the
         one recorded for the name is refused (ZoneMismatch); else the zone is recorded."""
         if once is None or not once.zone:
             return

@@ -80,7 +80,7 @@ def _zone_record(raw: bytes) -> tuple[float, str] | None:
 
 
 def _foreign_zone(name: str, path: Path, what: str) -> ForeignData:
-    """A ``~zone`` record lockrun cannot have written (README "One zone per name"): exit 69, as Redis."""
+    """A ``~zone`` record lockrun cannot have written (docs/guarantees.md "One zone per name"): exit 69, as Redis."""
     return ForeignData(f"{path} holds data for lock {name!r} that lockrun did not write ({what}); it records the time"
                        f" zone of the name's --once periods: delete it by hand (rm -r '{path}')")
 

@@ -7,7 +7,7 @@ back, preempt, clear, wait. The pieces it stands on each have a module of their 
 - redis_client.py: building the client for the URL (plain, TLS, Sentinel, Cluster, ACL)
   and turning whatever goes wrong into lockrun's errors;
 - redis_scripts.py: the Lua scripts, as data, with the KEYS/ARGV each is called with;
-- redis_keys.py: every key of one lock (README, "Redis keys");
+- redis_keys.py: every key of one lock (docs/redis.md "Redis keys");
 - redis_replicas.py: --replicas, WAIT behind each acquire and renewal;
 - redis_inspect.py: who holds what (``status``, ``unlock``, a busy acquire).
 """
@@ -60,7 +60,7 @@ class RedisBackend:
         allow_eviction: bool = False,
     ) -> None:
         self.url = url
-        self.allow_eviction = allow_eviction  # README "Never twice": run even where keys may be evicted
+        self.allow_eviction = allow_eviction  # run even where keys may be evicted (docs/guarantees.md)
         self.prefix = prefix
         self.fleet = fleet or FleetRetention()
         self.timeout = timeout
@@ -121,7 +121,7 @@ class RedisBackend:
         return self.inspection.busy_holder(name, slots, reply[1], reply[2])
 
     def _foreign_zone(self, name: str, what: str) -> ForeignData:
-        """A zone record lockrun cannot have written (README "One zone per name"): exit 69."""
+        """A zone record lockrun cannot have written (docs/guarantees.md "One zone per name"): exit 69."""
         key = lock_keys(self.prefix, name).once_tz
         return ForeignData(f"Redis at {self.connection.redacted} holds data for lock {name!r} that lockrun did not"
                            f" write ({what}); it records the time zone of the name's --once periods: delete it by"

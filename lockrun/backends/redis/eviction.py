@@ -1,4 +1,4 @@
-"""A Redis that may evict keys, in words (README "A Redis that evicts keys").
+"""A Redis that may evict keys, in words (docs/guarantees.md "A Redis that evicts keys").
 
 With ``maxmemory`` set and any ``maxmemory-policy`` but ``noeviction``, Redis drops keys when
 memory runs out: ``allkeys-*`` any key, ``volatile-*`` any key with a TTL, and every key lockrun

@@ -1,4 +1,4 @@
-"""Reading the fleet record back from Redis (README "One fleet, one memory").
+"""Reading the fleet record back from Redis (docs/fleet.md "One fleet, one memory").
 
 The record is written by the lock scripts in redis.py (no round trip of its own); this
 module only reads it: the names that have one (SCAN, never KEYS), pages of a name's

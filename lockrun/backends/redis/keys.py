@@ -1,4 +1,4 @@
-"""Every Redis key of one lock (README, "Redis keys"), built in this one place.
+"""Every Redis key of one lock (docs/redis.md "Redis keys"), built in this one place.
 
 Keys are hash-tagged with ``{NAME}`` so that every key of one lock lives in one Redis
 Cluster slot and a script may touch all of them. Lock names hold no braces, so the name
@@ -42,7 +42,7 @@ class LockKeys(NamedTuple):
 
     @property
     def once_tz(self) -> str:
-        """The time zone the name's --once periods are computed in (README "One zone per name")."""
+        """The time zone the name's --once periods are computed in (docs/guarantees.md "One zone per name")."""
         return f"{self.base}:once_tz"
 
 

@@ -6,7 +6,7 @@ script is some of these pieces and its own body, sent as one text and so run ato
 
 from __future__ import annotations
 
-# The fleet record (README "One fleet, one memory"), written inside the lock scripts so that
+# The fleet record (docs/fleet.md "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
 # written (a key of the wrong type, no memory) never fails the lock operation around it.
 #
@@ -92,7 +92,7 @@ end
 
 # A release marks the --once key done (if the run has one: its key comes after the fleet
 # record's), keeps the name's recorded time zone at least as long as that mark (if the key is
-# time-derived: the zone's key comes last, README "One zone per name"), and wakes one waiter.
+# time-derived: the zone's key comes last, docs/guarantees.md "One zone per name"), and wakes one waiter.
 RELEASE_LUA = WAKE_LUA + """
 local function mark_done(key, value, remember_ms)
   if key then redis.call('SET', key, value, 'PX', remember_ms) end
@@ -104,7 +104,7 @@ local function keep_zone_for(key, zone, keep_ms)
 end
 """
 
-# What the acquire scripts check before anything else (README "Never twice, whatever lockrun
+# What the acquire scripts check before anything else (docs/guarantees.md, "Never twice, whatever lockrun
 # cannot see"), without a round trip of their own:
 #
 # eviction(): INFO memory, read by the script itself (scripts may call INFO; CONFIG is refused
@@ -171,7 +171,7 @@ end
 # The holder's heartbeat is the server's TIME, never the holder's clock: heartbeat(info_key)
 # writes it to the info hash as ISO 8601 UTC (microseconds), which `status` and `unlock` measure
 # against the server's TIME of their own inspection, so that no two hosts' clocks are compared
-# (README "Redis keys"). The civil date of a day count: H. Hinnant's civil_from_days.
+# (docs/redis.md "Redis keys"). The civil date of a day count: H. Hinnant's civil_from_days.
 HEARTBEAT_LUA = """
 local function iso_utc(s, us)
   local rest = s % 86400
