@@ -523,7 +523,7 @@ def injected(code: str, env: dict, *args: str) -> subprocess.CompletedProcess:
 
 NO_SUBREAPER = """
 import ctypes, lockrun.run.supervisor as supervisor
-_load = supervisor._load_prctl
+_load = supervisor.load_prctl
 def load():
     prctl = _load()
     def refusing(option, *args):
@@ -532,7 +532,7 @@ def load():
             return -1
         return prctl(option, *args)
     return refusing
-supervisor._load_prctl = load
+supervisor.load_prctl = load
 """
 
 NO_CGROUP_THREAD = """

@@ -21,6 +21,8 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
@@ -259,8 +261,12 @@ class LocalBackend:
             raise BackendUnavailable(f"cannot remove {path}: {exc.strerror}") from None
         return True
 
-    def wait_for_release(self, name: str, timeout: float) -> None:
-        """Local waiters poll: a kernel lock has no wake-up call. 5 ms keeps hand-over quick."""
+    def wait_for_release(
+        self, name: str, timeout: float,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
+        """Local waiters poll: a kernel lock has no wake-up call. 5 ms keeps hand-over quick (and
+        a signal is noticed at the next try: nothing to interrupt)."""
         time.sleep(max(0.0, min(timeout, 0.005)))
 
     # -- inspection -------------------------------------------------------------------------------
