@@ -5,7 +5,7 @@ and what the holder record says about this run. The backend does each step in on
 round trip (backends/__init__.py); what is decided here is when to try again:
 
 - ``--wait``: a busy answer is followed by a sleep until a release wakes us (BLPOP on
-  Redis) or the holder's lease could have expired (its remaining TTL and EXPIRY_MARGIN_S:
+  Redis) or the holder's lease could have expired (its remaining TTL and WAKE_MARGIN_S:
   a crashed holder wakes nobody), then another try; no try in between, however long the
   holder's lease. A wake-up that is lost (its waiter died, or another run took the lock
   first) costs the others only that: the holder's expiry still hands over. The try at or
@@ -33,14 +33,11 @@ from contextlib import AbstractContextManager
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
-from lockrun.core.defaults import DEFAULT_KILL_AFTER
+from lockrun.core.defaults import DEFAULT_KILL_AFTER, MAX_BLOCK_S, WAKE_MARGIN_S
 from lockrun.core.errors import BackendUnavailable, NothingTaken, Report, WaitInterrupted
 from lockrun.system import host
 
 RELEASE_ATTEMPTS = 3
-#: After the holder's remaining TTL, how much longer a waiter sleeps before it tries again: the
-#: lease has expired on the server's clock by then (PTTL is rounded down to a millisecond).
-EXPIRY_MARGIN_S = 0.005
 #: How often a waiter tries again when the holder's lease has no known end (a lock key without
 #: a TTL: not lockrun's; it may be deleted by hand, which wakes nobody).
 NO_EXPIRY_RECHECK_S = 1.0
@@ -140,7 +137,7 @@ class LeaseClient:
             # crashed holder pushes nothing), or the deadline: no try in between.
             expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else NO_EXPIRY_RECHECK_S
             try:
-                self.backend.wait_for_release(self.name, min(left, max(0.0, expiry) + EXPIRY_MARGIN_S),
+                self.backend.wait_for_release(self.name, min(left, max(0.0, expiry) + WAKE_MARGIN_S, MAX_BLOCK_S),
                                               interruptible)
             except WaitInterrupted:
                 return result  # the holder that kept us out: the caller says what the signal means

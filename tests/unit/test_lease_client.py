@@ -420,3 +420,14 @@ def test_every_run_has_its_own_random_token(backend: FakeBackend, clock: FakeClo
     tokens = {client_for(backend, clock, reports).token for _ in range(50)}
     assert len(tokens) == 50
     assert all(re.fullmatch(r"[0-9a-f]{32}", token) for token in tokens)
+
+
+def test_a_long_lease_is_waited_for_in_blocks_no_longer_than_an_idle_connection_lives(
+    backend: FakeBackend, clock: FakeClock, reports: Reports,
+) -> None:
+    backend.hold("nightly", ttl=300.0, release_at=START + 250)
+    got = client_for(backend, clock, reports).acquire(3600.0)
+    assert isinstance(got, Lease)
+    # MAX_BLOCK_S at a time (a proxy may cut a connection idle for longer): a try at each end.
+    assert waits(backend) == [120.0, 120.0, pytest.approx(60.005)]
+    assert got.sent_at == START + 250

@@ -183,10 +183,12 @@ class RedisConnection:
         """BLPOP ``key`` for up to ``timeout`` seconds on the connection every other call of this
         client uses (one connection per lockrun, waiting or not): True if it popped something.
 
-        The read is bounded by ``timeout`` plus the call timeout (a server that does not answer
-        its own BLPOP by then is unavailable), and ``interruptible()`` is entered around it only
-        (a signal may cut it short there): on any exception the connection is dropped, since a
-        reply to it may still be on its way, and the next call makes a new one.
+        The read is bounded by ``timeout`` plus the call timeout: a server that has not answered
+        its own BLPOP by then is paused, or the connection was cut on the way (a proxy that drops
+        idle connections): it is dropped, and the caller's next call (an acquire, bounded as every
+        call is) says which. ``interruptible()`` is entered around the read only (a signal may cut
+        it short there): on any exception the connection is dropped too, since a reply to it may
+        still be on its way, and the next call makes a new one.
         """
         client = self.client
         if isinstance(client, RedisCluster):  # the node that serves the key's slot, and its pool
@@ -202,8 +204,8 @@ class RedisConnection:
             with interruptible():
                 answered = self.call(lambda: connection.can_read(timeout + self.timeout), key)
             if not answered:
-                raise self.unavailable(redis.exceptions.TimeoutError(f"no answer to BLPOP within {timeout:g}s"
-                                                                     f" + {self.timeout:g}s"), key)
+                connection.disconnect()
+                return False
             popped = self.call(lambda: connection.read_response(), key)
         except BaseException:
             connection.disconnect()
