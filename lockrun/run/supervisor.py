@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import shutil
@@ -140,10 +139,6 @@ class Supervisor:
             from lockrun.run.capture import output_pipes
 
             self._output_routes, output_fds = output_pipes()
-        # The launcher shares lockrun's heap until its exec: frozen, the objects already there are
-        # left alone by lockrun's garbage collector while it waits, so that their pages are not
-        # copied for it (bench/waiters.py: the launcher's private memory).
-        gc.freeze()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
             launch(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
@@ -189,7 +184,6 @@ class Supervisor:
             code = int(report.split(b":")[0] or 0)
             raise spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
-        gc.unfreeze()  # exec'd: nothing shares lockrun's heap any more
         self.leftovers.command_launched()
         if self._output_routes is not None and self.tail is not None:
             from lockrun.run.capture import Pump
@@ -212,7 +206,6 @@ class Supervisor:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         self.pid = self.pgid = None
-        gc.unfreeze()
         self.leftovers.tracks = False
         self.signals.forward_to(None)
         self.leftovers.remove_cgroup()
