@@ -9,7 +9,12 @@ interleaved, and reads from -X importtime the cumulative microseconds of: the wh
 ``asyncio`` with it), ``importlib.metadata``, ``logging``, ``concurrent.futures``, ``ssl``.
 ``--redis-py DIR`` (a folder with another redis-py, e.g. ``pip install --target DIR redis==5.0.8``)
 adds that version through PYTHONPATH. Whatever is imported by another first is counted there
-once: the rows are what each module's first import cost, not what removing it would save.
+once: the rows are what each module's first import cost, not what removing it would save
+(``redis.asyncio`` is the first thing ``import redis`` does, so nearly all of redis-py is
+under it). -X importtime slows imports down; wall-clock figures follow, interleaved, for the
+installed redis-py: `python -c pass`, `import redis`, the standard-library modules redis-py
+imports and lockrun's run path never uses (asyncio, importlib.metadata, logging,
+concurrent.futures), and lockrun's Redis run path with each redis-py.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-from common import machine, table, write_json
+from common import interleaved, machine, median_ms, table, write_json
 
 WATCHED = ("redis", "redis.asyncio", "asyncio", "importlib.metadata", "logging", "concurrent.futures", "ssl")
 CODE = "import lockrun.backends.redis.backend"
@@ -68,7 +73,21 @@ def main(argv: list[str]) -> dict:
         rows.append([f"redis-py {names[key]}", *(f"{medians[n]:.1f}" for n in ("total", *WATCHED))])
     print(f"`{CODE}`: cumulative import time, ms (median of {rounds}; -X importtime)")
     print(table(["redis-py", "whole import", *WATCHED], rows))
-    write_json(argv, {"machine": machine(), "rounds": rounds, "medians_ms": result})
+    py = sys.executable
+    cases = {
+        "python -c pass": ([py, "-c", "pass"], envs["installed"]),
+        "import redis": ([py, "-c", "import redis"], envs["installed"]),
+        "import asyncio, importlib.metadata, logging, concurrent.futures": (
+            [py, "-c", "import asyncio, importlib.metadata, logging, concurrent.futures"], envs["installed"]),
+        **{f"{CODE} (redis-py {names[key]})": ([py, "-c", CODE], env) for key, env in envs.items()},
+    }
+    times = interleaved(cases, rounds)
+    wall = {name: median_ms(t) for name, t in times.items()}
+    floor = wall["python -c pass"]
+    print(f"\nwall clock, redis-py {names['installed']}, median of {rounds} interleaved")
+    print(table(["case", "median ms", "above python -c pass"],
+                [[name, f"{ms:.1f}", f"{ms - floor:+.1f}"] for name, ms in wall.items()]))
+    write_json(argv, {"machine": machine(), "rounds": rounds, "medians_ms": result, "wall_ms": wall})
     return result
 
 

@@ -113,6 +113,7 @@ class LeaseClient:
             except BackendUnavailable:
                 self._give_back()
                 raise
+            answered_at = self.clock()
             if isinstance(result, Lease) and result.evicting:
                 self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
                                     f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
@@ -134,10 +135,13 @@ class LeaseClient:
                     self.report("info", f"asked {result.host}:{result.pid} to stop (--replace)")
             get_ready()
             # Until a release wakes us, or until the holder's lease could have expired (a
-            # crashed holder pushes nothing), or the deadline: no try in between.
+            # crashed holder pushes nothing; counted from its answer, not from now: preempting and
+            # getting ready took time), or the deadline: no try in between.
+            now = self.clock()
             expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else NO_EXPIRY_RECHECK_S
+            until_expiry = max(0.0, expiry - (now - answered_at)) + WAKE_MARGIN_S
             try:
-                self.backend.wait_for_release(self.name, min(left, max(0.0, expiry) + WAKE_MARGIN_S, MAX_BLOCK_S),
+                self.backend.wait_for_release(self.name, min(give_up_at - now, until_expiry, MAX_BLOCK_S),
                                               interruptible)
             except WaitInterrupted:
                 return result  # the holder that kept us out: the caller says what the signal means

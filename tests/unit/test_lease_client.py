@@ -431,3 +431,13 @@ def test_a_long_lease_is_waited_for_in_blocks_no_longer_than_an_idle_connection_
     # MAX_BLOCK_S at a time (a proxy may cut a connection idle for longer): a try at each end.
     assert waits(backend) == [120.0, 120.0, pytest.approx(60.005)]
     assert got.sent_at == START + 250
+
+
+def test_the_time_spent_asking_the_holder_to_stop_is_not_waited_again(clock: FakeClock, reports: Reports) -> None:
+    backend = FakeBackend(clock, latency=0.5)
+    backend.hold("nightly", ttl=30.0)  # crashed: it will neither stop nor release; its lease ends at 30 s
+    got = client_for(backend, clock, reports).acquire(None, replace=True, kill_after=10.0)
+    assert isinstance(got, Lease)
+    # Its 30 s counted from the busy answer (at 0.5 s), not from the end of the preempt (at 1 s).
+    assert waits(backend) == [29.505]
+    assert got.sent_at == START + 30.505
