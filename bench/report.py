@@ -112,6 +112,15 @@ def main(folder: str, command: str) -> None:
                      "2", verdict(two)))
     if (d / "eviction.json").exists():
         rows.append(eviction_row(load(d, "eviction")))
+    if "baseline" in h:
+        base = h["baseline"]
+        rows.append(("hand-over latency of the version before, rounds alternating with this one's",
+                     f"p50 {base['p50_ms']:.2f} ms, p99 {base['p99_ms']:.2f} ms (this one: p50 {h['p50_ms']:.2f}, "
+                     f"p99 {h['p99_ms']:.2f})", "-", "-"))
+    if (d / "waiters.json").exists():
+        rows.extend(waiters_rows(load(d, "waiters")))
+    if (d / "redis_import.json").exists():
+        rows.append(redis_import_row(load(d, "redis_import")))
     print("# lockrun benchmark results\n")
     print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). "
           f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
@@ -141,17 +150,6 @@ def main(folder: str, command: str) -> None:
     print(Path(__file__).with_name("NOTES.md").read_text(), end="")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description="Write bench/RESULTS.md (on standard output) from the JSON files bench/run leaves in FOLDER: "
-                    "one table of targets met or missed, the start-up breakdown, then bench/NOTES.md once.")
-    parser.add_argument("folder", help="the folder of startup.json, roundtrips.json, ... (bench/run makes one)")
-    parser.add_argument("command", nargs="?", default="bench/run",
-                        help="the command that made them, quoted in the text [default: bench/run]")
-    args = parser.parse_args()
-    main(args.folder, args.command)
-
-
 def eviction_row(ev: dict) -> tuple[str, str, str, str]:
     """The acquire script's own INFO memory (README "A Redis that evicts keys"), bench/eviction_check.py."""
     shipped, unchecked = ev["idle"]["shipped"], ev["idle"]["unchecked"]
@@ -164,3 +162,68 @@ def eviction_row(ev: dict) -> tuple[str, str, str, str]:
         f" {unchecked['eval_usec_per_call']:.0f} µs without the check ({grown:+.0%}); round trip median"
         f" {shipped['rtt_median_us']:.0f} µs vs {unchecked['rtt_median_us']:.0f} µs",
         "measured (no target)", "-")
+
+
+def waiters_rows(w: dict) -> list[tuple[str, str, str, str]]:
+    """bench/waiters.py: a queue of waiters on one name, this version beside the one before."""
+    mine, base = w["results"]["this version"], w["results"].get("baseline")
+    n = mine["waiters"]
+
+    def commands(r: dict) -> str:
+        return (f"{r['per_waiter_without_release']:.2f} ({', '.join(f'{k} {v}' for k, v in r['total'].items() if v)}"
+                f" for {n} hand-overs, their {n} releases taken off; idle: {r['idle_per_waiter_per_s']:.2f} per waiter"
+                " per second)")
+
+    def memory(r: dict) -> str:
+        m = r["memory_median"]
+        own = f", own {m['own_kib'] / 1024:.1f}" if m["own_kib"] is not None else ""
+        return (f"USS {m['uss_kib'] / 1024:.1f} MiB (PSS {m['pss_kib'] / 1024:.1f}, RSS {m['rss_kib'] / 1024:.1f}"
+                f"{own}; {m['processes']:.0f} processes)")
+
+    before = lambda text: f"; the version before: {text}" if base else ""  # noqa: E731
+    ok_mem = mine["memory_median"]["uss_kib"] / 1024 <= 6
+    own = mine["memory_median"]["own_kib"]
+    mem_verdict = verdict(ok_mem)
+    if own is not None:  # USS leaves out what the job's processes share with each other (NOTES.md)
+        mem_verdict += f" by USS; by own pages ({own / 1024:.1f} MiB): {verdict(own / 1024 <= 6)}"
+    return [
+        (f"Redis commands per waiter per hand-over, {n} `--wait` runs queued on one name (`INFO commandstats`)",
+         commands(mine) + before(commands(base) if base else ""), "<= 3",
+         verdict(mine["per_waiter_without_release"] <= 3)),
+        (f"connections of {n} waiters (`INFO clients`)",
+         f"{mine['connections_max']}" + before(f"{base['connections_max']}" if base else ""), f"{n}",
+         verdict(mine["connections_max"] <= n)),
+        ("memory of a waiting job, all its processes together (`/proc/PID/smaps_rollup`; own: the pages no other "
+         "process maps, `/proc/kpagecount`)", memory(mine) + before(memory(base) if base else ""), "USS <= 6 MB",
+         mem_verdict),
+    ]
+
+
+def redis_import_row(r: dict) -> tuple[str, str, str, str]:
+    """bench/redis_import.py: what the Redis run path's imports cost, per redis-py version."""
+    parts = [f"redis-py {version}: {m['total']:.0f} ms, of which redis {m['redis']:.0f}, redis.asyncio "
+             f"{m['redis.asyncio']:.0f}, importlib.metadata {m['importlib.metadata']:.0f}"
+             for version, m in r["medians_ms"].items()]
+    wall = r.get("wall_ms", {})
+    text = "; ".join(parts)
+    if wall:
+        floor = wall["python -c pass"]
+        unused = "import asyncio, importlib.metadata, logging, concurrent.futures"
+        paths = ", ".join(f"{name.rsplit('(', 1)[1].rstrip(')')} {ms - floor:+.0f} ms" for name, ms in wall.items()
+                          if name.startswith("import lockrun.backends.redis.backend"))
+        text += (f". Wall clock above `python -c pass`: `import redis` {wall['import redis'] - floor:+.0f} ms, the"
+                 f" standard-library modules it pulls that lockrun never uses ({unused.removeprefix('import ')})"
+                 f" {wall[unused] - floor:+.0f} ms; the Redis run path's imports by redis-py version: {paths}")
+    return ("what the Redis run path imports (`import lockrun.backends.redis.backend`; -X importtime, cumulative,"
+            " medians)", text, "measured (no target)", "-")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description="Write bench/RESULTS.md (on standard output) from the JSON files bench/run leaves in FOLDER: "
+                    "one table of targets met or missed, the start-up breakdown, then bench/NOTES.md once.")
+    parser.add_argument("folder", help="the folder of startup.json, roundtrips.json, ... (bench/run makes one)")
+    parser.add_argument("command", nargs="?", default="bench/run",
+                        help="the command that made them, quoted in the text [default: bench/run]")
+    args = parser.parse_args()
+    main(args.folder, args.command)

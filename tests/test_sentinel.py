@@ -64,6 +64,23 @@ def test_runs_through_sentinel(local_env, sentinels):
     assert run_lockrun(env, "status", "--json").returncode == 0
 
 
+def test_a_waiter_through_sentinel_is_woken_by_the_release(local_env, sentinels, tmp_path):
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
+    master = _client(sentinels["master"])
+    master.set("lockrun:{senw}:lock", "the-test", px=60000)
+    ran = tmp_path / "ran"
+    waiter = spawn_lockrun(env, "-n", "senw", "-w", "50", "--", "touch", str(ran))
+    try:
+        wait_until(lambda: int(master.info("clients")["blocked_clients"]) == 1, what="the waiter's BLPOP")
+        master.delete("lockrun:{senw}:lock")
+        master.lpush("lockrun:{senw}:wake", "1")  # what a release pushes
+        assert waiter.wait(30) == 0  # at the wake-up, long before the 60 s lease would have ended
+        assert ran.exists()
+    finally:
+        waiter.kill()
+        waiter.wait(30)
+
+
 def test_a_failover_mid_hold_ends_cleanly(local_env, sentinels, tmp_path):
     env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
     flag = tmp_path / "started"

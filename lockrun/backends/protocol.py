@@ -4,7 +4,8 @@ and the read side of the fleet record (``FleetSource``). Both backends implement
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from lockrun.backends.values import Duplicate, FleetEvent, FleetRecord, Holder, Lease, OnceKey, PageRequest
@@ -73,8 +74,13 @@ class Backend(Protocol):
         """Delete what sits where the lock of ``name`` should be but no lockrun lease can be
         (a key of another type, a file that is not a regular file); False if nothing was."""
 
-    def wait_for_release(self, name: str, timeout: float) -> None:
-        """Block until a release of ``name`` is announced or ``timeout`` passes."""
+    def wait_for_release(
+        self, name: str, timeout: float, interruptible: Callable[[], AbstractContextManager[None]] = ...,
+    ) -> None:
+        """Block until a release of ``name`` is announced or ``timeout`` passes (a crashed holder
+        announces nothing: the caller's timeout is when its lease could have expired). The
+        blocking read itself runs inside ``interruptible()``, which may raise WaitInterrupted
+        out of it (a signal): the backend then keeps nothing the wait left half done."""
 
     def lock_names(self) -> list[str]:
         """Names of the held locks (shell completion)."""

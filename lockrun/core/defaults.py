@@ -33,6 +33,13 @@ MAX_SECONDS = 365 * 86400
 #: The longest --remember, history --since and prune --older-than: 100 years (36500d),
 #: well inside what ISO timestamps (year 9999) and Redis expiries can hold.
 MAX_DURATION_S = 36500 * 86400
+#: A --wait waiter sleeps (BLPOP) until a wake-up, or the holder's remaining lease and this margin
+#: (its expiry on the server's clock: PTTL is rounded down to a millisecond), and at most
+#: MAX_BLOCK_S at a time: an idle connection longer than that may be cut by a load balancer or a
+#: proxy (Azure's drops them after 4 minutes) without a word, and then waiting on it gets nothing.
+WAKE_MARGIN_S = 0.005
+MAX_BLOCK_S = 120.0
+
 #: ledger_keep_days: 1 to 36500 (100 years).
 MAX_KEEP_DAYS = 36500
 #: socket_timeout / connect_timeout in the config: more than 0, at most 300 s (and a run

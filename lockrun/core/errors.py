@@ -101,6 +101,12 @@ class ReplicasMissing(BackendUnavailable):
         self.needed = needed
 
 
+class WaitInterrupted(BaseException):  # noqa: N818 - not an error: a signal ended a wait
+    """A signal lockrun forwards (SIGTERM, SIGINT, SIGHUP) arrived while a waiter blocked on the
+    backend (run/signals.py raises it there, as Python raises KeyboardInterrupt): the wait ends at
+    once. A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it."""
+
+
 class CommandNotRunnable(LockrunError):
     """The command could not be executed: not found (127) or not executable (126)."""
 

@@ -5,8 +5,12 @@ and what the holder record says about this run. The backend does each step in on
 round trip (backends/__init__.py); what is decided here is when to try again:
 
 - ``--wait``: a busy answer is followed by a sleep until a release wakes us (BLPOP on
-  Redis) or the holder's lease could have expired, then another try. The try at or after
-  the deadline decides, and only its busy answer is counted by the fleet record.
+  Redis) or the holder's lease could have expired (its remaining TTL and WAKE_MARGIN_S:
+  a crashed holder wakes nobody), then another try; no try in between, however long the
+  holder's lease. A wake-up that is lost (its waiter died, or another run took the lock
+  first) costs the others only that: the holder's expiry still hands over. The try at or
+  after the deadline decides, and only its busy answer is counted by the fleet record. A
+  forwarded signal ends the wait at once (``interruptible``), with the holder's answer.
 - ``--replace``: the holder is asked once to stop; its keeper sees the request at its
   next renewal and stops its command. Without ``--wait``, the deadline is the holder's
   TTL plus ``--kill-after``, known from its first busy answer.
@@ -24,15 +28,19 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
-from lockrun.core.defaults import DEFAULT_KILL_AFTER
-from lockrun.core.errors import BackendUnavailable, NothingTaken, Report
+from lockrun.core.defaults import DEFAULT_KILL_AFTER, MAX_BLOCK_S, WAKE_MARGIN_S
+from lockrun.core.errors import BackendUnavailable, NothingTaken, Report, WaitInterrupted
 from lockrun.system import host
 
 RELEASE_ATTEMPTS = 3
+#: How often a waiter tries again when the holder's lease has no known end (a lock key without
+#: a TTL: not lockrun's; it may be deleted by hand, which wakes nobody).
+NO_EXPIRY_RECHECK_S = 1.0
 
 
 class LeaseClient:
@@ -83,11 +91,13 @@ class LeaseClient:
         replace: bool = False,
         kill_after: float = DEFAULT_KILL_AFTER,
         interrupted: Callable[[], bool] = lambda: False,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         get_ready: Callable[[], None] = lambda: None,
     ) -> Lease | Holder | Duplicate:
         """The lease, the holder that kept us out until ``wait`` ran out (or ``interrupted``),
         or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
-        ``get_ready`` runs while we wait, so that the hand-over costs only the acquire."""
+        ``interruptible`` is entered around each blocking wait (it raises WaitInterrupted on a
+        signal); ``get_ready`` runs before each wait, so that the hand-over costs only the acquire."""
         give_up_at = self.clock() + (wait or 0.0)
         deadline_known = wait is not None
         asked: str | None = None  # the holder token we asked to stop (--replace)
@@ -103,6 +113,7 @@ class LeaseClient:
             except BackendUnavailable:
                 self._give_back()
                 raise
+            answered_at = self.clock()
             if isinstance(result, Lease) and result.evicting:
                 self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
                                     f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
@@ -124,9 +135,18 @@ class LeaseClient:
                     self.report("info", f"asked {result.host}:{result.pid} to stop (--replace)")
             get_ready()
             # Until a release wakes us, or until the holder's lease could have expired (a
-            # crashed holder pushes nothing), and at most a second.
-            expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else 1.0
-            self.backend.wait_for_release(self.name, min(left, expiry + 0.005, 1.0))
+            # crashed holder pushes nothing; counted from its answer, not from now: preempting and
+            # getting ready took time), or the deadline: no try in between.
+            now = self.clock()
+            expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else NO_EXPIRY_RECHECK_S
+            until_expiry = max(0.0, expiry - (now - answered_at)) + WAKE_MARGIN_S
+            try:
+                self.backend.wait_for_release(self.name, min(give_up_at - now, until_expiry, MAX_BLOCK_S),
+                                              interruptible)
+            except WaitInterrupted:
+                return result  # the holder that kept us out: the caller says what the signal means
+            if interrupted():
+                return result
 
     def _give_back(self) -> None:
         """After a lost acquire reply (the script may have run) or too few replicas acknowledging

@@ -200,7 +200,7 @@ class Run:
         )
         got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,
                                    interrupted=lambda: bool(supervisor.signals.received),
-                                   get_ready=supervisor.prepare)
+                                   interruptible=supervisor.signals.interrupting, get_ready=supervisor.prepare)
         self.journal.acquire_over()
         if supervisor.signals.received:
             signum = supervisor.signals.received[0]

@@ -8,6 +8,9 @@ every wake-up of the main loop arrives through one self-pipe.
 - The signal module's wakeup fd, the keeper's :meth:`SignalRelay.wake` and SIGCHLD (caught,
   not ignored, so that the child's exit writes to the wakeup fd too) all write to one
   pipe: the main loop sleeps in ``select`` on it and costs no CPU while idle.
+- While a waiter blocks on the backend (:meth:`SignalRelay.interrupting`), a forwarded signal
+  raises WaitInterrupted out of the blocking read, as SIGINT raises KeyboardInterrupt: a wait
+  that may last a whole lease ends at once.
 - SIGTTOU is ignored, so that lockrun can hand the terminal to the command and take it back.
 
 What a forwarded signal means for the command's deadline (SIGKILL after ``--kill-after``)
@@ -22,8 +25,11 @@ import os
 import select
 import signal
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+from lockrun.core.errors import WaitInterrupted
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -46,6 +52,7 @@ class SignalRelay:
         os.set_blocking(self._wake_w, False)
         self._old_handlers: dict[int, Any] = {}
         self._old_wakeup_fd: int | None = None
+        self._interrupting = False  # inside interrupting(): a forwarded signal raises WaitInterrupted
 
     def install(self) -> None:
         """Catch the forwarded signals from now on (also while waiting for the lock)."""
@@ -63,6 +70,24 @@ class SignalRelay:
         self.received.append(signum)
         if self._pgid is not None:
             signal_group(self._pgid, signum)
+        if self._interrupting:
+            self._interrupting = False  # once: what runs after the wait is never interrupted
+            raise WaitInterrupted(signum)
+
+    @contextlib.contextmanager
+    def interrupting(self) -> Iterator[None]:
+        """Around one blocking call (a waiter's BLPOP): a forwarded signal that arrives inside, or
+        arrived before, raises WaitInterrupted, so that the call ends at once; the signal is
+        recorded and forwarded as ever. The caller keeps nothing the exception may cut short
+        (the backend drops the connection it blocked on)."""
+        self._interrupting = True  # first, then the check: a signal in between raises too
+        try:
+            if self.received:
+                self._interrupting = False
+                raise WaitInterrupted(self.received[0])
+            yield
+        finally:
+            self._interrupting = False
 
     def _on_sigchld(self, _signum: int, _frame: FrameType | None) -> None:
         pass  # the wakeup fd has already woken the loop

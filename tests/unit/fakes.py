@@ -11,18 +11,20 @@ requests, release wake-ups), and the supervisor's kill schedule is the real one.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import json
 import signal
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import iso_ago
-from lockrun.core.errors import BackendUnavailable
+from lockrun.core.errors import BackendUnavailable, WaitInterrupted
 from lockrun.run.backstop import Backstop
 from lockrun.run.keeper import Keeper
 from lockrun.run.signals import SignalRelay
@@ -109,6 +111,7 @@ class FakeBackend(Backend):
         self.fleet_rows: list[FleetRecord] = []
         self._fencing: dict[str, int] = {}
         self._wakeups: dict[str, int] = {}  # releases announced and not yet consumed by a waiter
+        self.signals: list[int] = []  # signals that reached lockrun (signal_at): they end a wait
 
     # -- test set-up ------------------------------------------------------------------
 
@@ -139,6 +142,11 @@ class FakeBackend(Backend):
                 self.clock.call_at(self.clock.now + ttl / 3, renew)
 
         self.clock.call_at(self.clock.now + ttl / 3, renew)
+
+    def signal_at(self, at: float, signum: int = signal.SIGTERM) -> None:
+        """A signal reaches lockrun at ``at``: a wait under way then raises WaitInterrupted, as the
+        signal relay makes the real one do."""
+        self.clock.call_at(at, lambda: self.signals.append(signum))
 
     def go_down(self, why: str = "connection refused") -> None:
         self.down = why
@@ -214,12 +222,20 @@ class FakeBackend(Backend):
         self._call("clear_foreign")
         return self._reply(False)
 
-    def wait_for_release(self, name: str, timeout: float) -> None:
+    def wait_for_release(
+        self, name: str, timeout: float,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
         """Like BLPOP on the wake-up list: at once if a release was announced, else until one is
-        or ``timeout`` passes (an expiry announces nothing)."""
+        or ``timeout`` passes (an expiry announces nothing); a signal (:meth:`signal_at`) raises
+        WaitInterrupted inside ``interruptible``, at its moment."""
         self.calls.append(Call(self.clock.now, "wait_for_release", round(timeout, 6)))
-        if not self._wakeups.get(name):
-            self.clock.advance_to(self.clock.now + timeout, until=lambda: bool(self._wakeups.get(name)))
+        with interruptible():
+            if not self._wakeups.get(name):
+                self.clock.advance_to(self.clock.now + timeout,
+                                      until=lambda: bool(self._wakeups.get(name)) or bool(self.signals))
+            if self.signals:
+                raise WaitInterrupted(self.signals[0])
         if self._wakeups.get(name):
             self._wakeups[name] -= 1
 
@@ -300,6 +316,7 @@ class FakeRelay(SignalRelay):
         self.waits: list[float | None] = []  # every moment the main loop asked to sleep until
         self._clock = clock
         self._woken = False
+        self._interrupting = False
 
     def wake(self) -> None:
         self._woken = True

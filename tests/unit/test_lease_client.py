@@ -66,13 +66,14 @@ def test_wait_takes_the_lock_when_the_holder_releases(
     readied: list[float] = []
     got = client_for(backend, clock, reports).acquire(30.0, get_ready=lambda: readied.append(clock.now))
     assert isinstance(got, Lease)
-    assert got.sent_at == START + 4.5  # woken by the release, not at the next whole second
+    assert got.sent_at == START + 4.5  # woken by the release
     assert got.fencing_token == 2
-    # A try, then a wait of at most a second, until the release wakes the waiter.
-    assert backend.methods() == ["acquire", "wait_for_release"] * 5 + ["acquire"]
-    assert acquires(backend) == [False] * 6
-    assert waits(backend) == [1.0] * 5
-    assert readied == [START, START + 1, START + 2, START + 3, START + 4]  # the launcher is forked while waiting
+    # A try, then one wait (the holder's lease outlasts --wait: until the deadline), cut short by
+    # the release's wake-up: no try in between.
+    assert backend.methods() == ["acquire", "wait_for_release", "acquire"]
+    assert acquires(backend) == [False, False]
+    assert waits(backend) == [30.0]
+    assert readied == [START]  # the launcher is forked while waiting
 
 
 def test_wait_gives_up_at_its_deadline_and_the_last_try_decides(
@@ -82,9 +83,9 @@ def test_wait_gives_up_at_its_deadline_and_the_last_try_decides(
     got = client_for(backend, clock, reports).acquire(2.5)
     assert isinstance(got, Holder)
     assert clock.now == START + 2.5
-    assert [call.at for call in backend.calls_of("acquire")] == [START, START + 1, START + 2, START + 2.5]
-    assert acquires(backend) == [False, False, False, True]  # only the try at the deadline is counted as busy
-    assert waits(backend) == [1.0, 1.0, 0.5]  # the last wait ends at the deadline, not after it
+    assert [call.at for call in backend.calls_of("acquire")] == [START, START + 2.5]
+    assert acquires(backend) == [False, True]  # only the try at the deadline is counted as busy
+    assert waits(backend) == [2.5]  # the wait ends at the deadline, not after it
 
 
 def test_a_deadline_passed_during_a_slow_try_gets_one_last_try_without_waiting(
@@ -121,10 +122,49 @@ def test_a_release_before_the_wait_is_not_missed(clock: FakeClock, reports: Repo
 
 def test_a_signal_ends_the_wait_with_the_holder(backend: FakeBackend, clock: FakeClock, reports: Reports) -> None:
     backend.hold("nightly", ttl=60.0)
-    got = client_for(backend, clock, reports).acquire(30.0, interrupted=lambda: clock.now >= START + 2.3)
+    backend.signal_at(START + 2.3)
+    got = client_for(backend, clock, reports).acquire(30.0, interrupted=lambda: bool(backend.signals))
     assert isinstance(got, Holder)
-    assert clock.now == START + 3  # noticed at the next answer, at most a second later
-    assert acquires(backend) == [False] * 4
+    assert clock.now == START + 2.3  # the wait ends with the signal, without another try
+    assert acquires(backend) == [False]
+
+
+def test_a_signal_before_the_wait_ends_it_without_waiting(clock: FakeClock, reports: Reports) -> None:
+    backend = FakeBackend(clock, latency=0.2)
+    backend.hold("nightly", ttl=60.0)
+    backend.signal_at(START + 0.1)  # while the busy answer is on its way
+    got = client_for(backend, clock, reports).acquire(30.0, interrupted=lambda: bool(backend.signals))
+    assert isinstance(got, Holder)
+    assert backend.methods() == ["acquire"]  # the busy answer sees the signal: no wait at all
+    assert clock.now == pytest.approx(START + 0.2)
+
+
+def test_a_renewing_holder_costs_one_try_per_lease_not_per_second(
+    backend: FakeBackend, clock: FakeClock, reports: Reports,
+) -> None:
+    backend.hold("nightly", ttl=9.0, renewing=True, release_at=START + 20)
+    got = client_for(backend, clock, reports).acquire(60.0)
+    assert isinstance(got, Lease)
+    # Each wait lasts what the holder's lease had left: the renewals (every 3 s) push it on, so a
+    # try at its expiry finds it busy again, until the release at 20 s wakes the waiter.
+    assert [call.at for call in backend.calls_of("acquire")] == [START, START + 9.005, START + 18.005, START + 20]
+    assert waits(backend) == [9.005, 9.0, 9.0]  # 9 s of lease left at each try (renewed at 9 and 18 s)
+
+
+def test_a_wake_up_that_finds_the_lock_taken_again_waits_for_the_new_holder(
+    backend: FakeBackend, clock: FakeClock, reports: Reports,
+) -> None:
+    backend.hold("nightly", ttl=30.0)
+
+    def released_and_taken() -> None:  # another run (one that did not wait) takes the name at once
+        assert backend.release(Lease("nightly", "rival-token", 1, 30.0, START))
+        backend.hold("nightly", token="quick", ttl=10.0, release_at=START + 5)
+
+    clock.call_at(START + 2, released_and_taken)
+    got = client_for(backend, clock, reports).acquire(60.0)
+    assert isinstance(got, Lease)
+    assert [call.at for call in backend.calls_of("acquire")] == [START, START + 2, START + 5]
+    assert waits(backend) == [30.005, 10.005]
 
 
 def test_get_ready_is_not_called_when_the_lock_is_free(
@@ -149,7 +189,7 @@ def test_replace_asks_the_holder_once_and_takes_the_lock_when_it_stops(
     assert backend.calls_of("preempt") == [Call(START, "preempt", 40.0)]
     assert backend.locks["nightly"].preempted_by is None  # the new lock is ours, not asked to stop
     assert reports == [("info", "asked web2:4242 to stop (--replace)")]
-    assert len(backend.calls_of("acquire")) == 13  # once a second until the release wakes it
+    assert len(backend.calls_of("acquire")) == 2  # no try until the release wakes it
 
 
 def test_replace_gives_up_after_the_holders_ttl_and_kill_after(
@@ -178,13 +218,15 @@ def test_replace_asks_again_when_another_run_took_the_lock_meanwhile(
     backend: FakeBackend, clock: FakeClock, reports: Reports,
 ) -> None:
     backend.hold("nightly", ttl=30.0, host="web2", pid=1, stops_after=2.0)
-    # At 1.5 s another run takes the name (the first one's lease was stolen, say).
+    # At 1.5 s another run takes the name (the first one's lease was stolen, say): nobody
+    # released it, so nobody is woken; the waiter tries again when the first lease ends.
     clock.call_at(START + 1.5, lambda: backend.hold("nightly", token="third", host="web3", pid=3, stops_after=3.0))
     got = client_for(backend, clock, reports).acquire(None, replace=True, kill_after=10.0)
     assert isinstance(got, Lease)
-    assert [(call.at, call.arg) for call in backend.calls_of("preempt")] == [(START, 40.0), (START + 2, 38.0)]
+    assert [(call.at, round(float(str(call.arg)), 3)) for call in backend.calls_of("preempt")] == [(START, 40.0),
+                                                                                       (START + 30.005, 9.995)]
     assert reports == [("info", "asked web2:1 to stop (--replace)"), ("info", "asked web3:3 to stop (--replace)")]
-    assert got.sent_at == START + 5
+    assert got.sent_at == START + 33.005
 
 
 def test_replace_says_nothing_when_the_holder_is_gone_before_it_is_asked(clock: FakeClock, reports: Reports) -> None:
@@ -378,3 +420,24 @@ def test_every_run_has_its_own_random_token(backend: FakeBackend, clock: FakeClo
     tokens = {client_for(backend, clock, reports).token for _ in range(50)}
     assert len(tokens) == 50
     assert all(re.fullmatch(r"[0-9a-f]{32}", token) for token in tokens)
+
+
+def test_a_long_lease_is_waited_for_in_blocks_no_longer_than_an_idle_connection_lives(
+    backend: FakeBackend, clock: FakeClock, reports: Reports,
+) -> None:
+    backend.hold("nightly", ttl=300.0, release_at=START + 250)
+    got = client_for(backend, clock, reports).acquire(3600.0)
+    assert isinstance(got, Lease)
+    # MAX_BLOCK_S at a time (a proxy may cut a connection idle for longer): a try at each end.
+    assert waits(backend) == [120.0, 120.0, pytest.approx(60.005)]
+    assert got.sent_at == START + 250
+
+
+def test_the_time_spent_asking_the_holder_to_stop_is_not_waited_again(clock: FakeClock, reports: Reports) -> None:
+    backend = FakeBackend(clock, latency=0.5)
+    backend.hold("nightly", ttl=30.0)  # crashed: it will neither stop nor release; its lease ends at 30 s
+    got = client_for(backend, clock, reports).acquire(None, replace=True, kill_after=10.0)
+    assert isinstance(got, Lease)
+    # Its 30 s counted from the busy answer (at 0.5 s), not from the end of the preempt (at 1 s).
+    assert waits(backend) == [29.505]
+    assert got.sent_at == START + 30.505

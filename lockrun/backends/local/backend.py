@@ -21,6 +21,8 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
@@ -263,10 +265,15 @@ class LocalBackend:
             raise BackendUnavailable(f"cannot remove {path}: {exc.strerror}") from None
         return True
 
-    def wait_for_release(self, name: str, timeout: float) -> None:
+    def wait_for_release(
+        self, name: str, timeout: float,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
         """Sleep in the kernel until the holder of ``name`` (under --slots, of one of its first
         slots) lets go, a signal comes or ``timeout`` passes (waiting.py): no polling. A finished
-        run's --min-hold holds no kernel lock; its end is a time, slept until."""
+        run's --min-hold holds no kernel lock; its end is a time, slept until. ``interruptible``
+        (the Redis backend's way to let a signal end a blocking read) is not needed here: the
+        kernel wait already ends on the signal relay's wake-up."""
         if timeout <= 0:
             return
         if self._waits is None:

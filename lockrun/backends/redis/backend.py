@@ -14,11 +14,14 @@ back, preempt, clear, wait. The pieces it stands on each have a module of their 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
+from lockrun.backends.redis.client import REDIS_ERRORS, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replicas import ReplicaWait
@@ -67,7 +70,6 @@ class RedisBackend:
         self.connection = RedisConnection(url, prefix, timeout, ca=ca, connect_timeout=connect_timeout,
                                           password=password)
         self.replica_wait = ReplicaWait(self.connection, replicas)
-        self._waiter: Client | None = None
 
     @functools.cached_property
     def inspection(self) -> RedisInspection:
@@ -183,20 +185,17 @@ class RedisBackend:
     def preempt(self, name: str, requester: str, ttl: float) -> bool:
         return script_int(self.connection.eval(preempt_call(lock_keys(self.prefix, name), requester, ttl))) == 1
 
-    def wait_for_release(self, name: str, timeout: float) -> None:
-        """BLPOP the wake list; a release pushes to it, so one waiter wakes at once.
-
-        Waits at most a second per call: callers poll again after it, which is how
-        a crashed holder's expired lease is noticed (nobody pushes for it).
-        """
-        timeout = min(timeout, 1.0)
-        if timeout < 0.01:  # BLPOP rounds to milliseconds, and 0 would block forever
+    def wait_for_release(
+        self, name: str, timeout: float,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
+        """BLPOP the name's wake list for ``timeout`` (the caller's: the holder's remaining lease
+        and a margin, or what is left of --wait); a release pushes to it, so one waiter wakes at
+        once. On the client's one connection: a waiter holds one connection to Redis, not two.
+        A crashed holder pushes nothing: its expiry is noticed when the timeout ends."""
+        if timeout <= 0:
             return
-        if self._waiter is None:
-            # A client of its own: its read timeout must outlast the BLPOP timeout.
-            self._waiter = self.connection.make_client(self.timeout + 1.0)
-        waiter = self._waiter
-        self.connection.call(lambda: waiter.blpop([lock_keys(self.prefix, name).wake], timeout=timeout))
+        self.connection.blocking_pop(lock_keys(self.prefix, name).wake, timeout, interruptible)
 
     # -- inspection -----------------------------------------------------------------
 
@@ -217,4 +216,3 @@ class RedisBackend:
 
     def close(self) -> None:
         RedisConnection.close(self.connection.client)
-        RedisConnection.close(self._waiter)

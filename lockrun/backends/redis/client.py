@@ -10,8 +10,11 @@ traceback, never the password), or ForeignData that names the key someone else w
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import redis
@@ -81,6 +84,14 @@ def _connection_pool(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a query parameter does not fit this kind of connection ({exc})") from None
     return pool
+
+
+def _pooled_connection(pool: ConnectionPool) -> Any:
+    """The pool's idle connection (the one the last call used), or a new one."""
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 asks for a command name (and ignores it)
+        return pool.get_connection("BLPOP")  # type: ignore[call-arg,unused-ignore]
 
 
 class RedisConnection:
@@ -164,6 +175,44 @@ class RedisConnection:
         keys = call.keys
         return self.call(lambda: self.client.eval(call.script, len(keys), *keys, *call.args),
                          keys[0] if keys else None)
+
+    def blocking_pop(
+        self, key: str, timeout: float,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> bool:
+        """BLPOP ``key`` for up to ``timeout`` seconds on the connection every other call of this
+        client uses (one connection per lockrun, waiting or not): True if it popped something.
+
+        The read is bounded by ``timeout`` plus the call timeout: a server that has not answered
+        its own BLPOP by then is paused, or the connection was cut on the way (a proxy that drops
+        idle connections): it is dropped, and the caller's next call (an acquire, bounded as every
+        call is) says which. ``interruptible()`` is entered around the read only (a signal may cut
+        it short there): on any exception the connection is dropped too, since a reply to it may
+        still be on its way, and the next call makes a new one.
+        """
+        client = self.client
+        if isinstance(client, RedisCluster):  # the node that serves the key's slot, and its pool
+            node_client = self.call(lambda: client.get_redis_connection(
+                client.get_node_from_key(key)), key)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            pool = node_client.connection_pool
+        else:
+            pool = client.connection_pool
+        seconds = f"{math.ceil(timeout * 1000) / 1000:.3f}"  # rounded up: BLPOP 0 would block for ever
+        connection = self.call(lambda: _pooled_connection(pool), key)
+        try:
+            self.call(lambda: connection.send_command("BLPOP", key, seconds), key)
+            with interruptible():
+                answered = self.call(lambda: connection.can_read(timeout + self.timeout), key)
+            if not answered:
+                connection.disconnect()
+                return False
+            popped = self.call(lambda: connection.read_response(), key)
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+        return popped is not None
 
     def memory_infos(self) -> list[tuple[str, object]]:
         """``INFO memory`` of the server, or of every master of a Cluster (each decides for the

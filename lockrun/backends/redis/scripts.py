@@ -24,11 +24,12 @@ from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts
 # key, with once_tz), remember_ms, then info field/value pairs (the start event takes the ones
 # that are not secret).
 # Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
-# dropped; evicting: the policy of a server that may evict and was allowed to, '?' when it could
-# not tell, else ''); {2} when the --once key (KEYS[8]) is already done, in which case the lock is
-# given straight back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory,
-# why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the
-# name's --once periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
+# dropped, and so are wake-ups left in the wake list, KEYS[1]'s sibling ``...:wake``; evicting:
+# the policy of a server that may evict and was allowed to, '?' when it could not tell, else '');
+# {2} when the --once key (KEYS[8]) is already done, in which case the lock is given straight
+# back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory, why} when the
+# server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the name's --once
+# periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
 # {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
@@ -53,7 +54,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local now = redis.call('TIME')
   local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('SET', KEYS[3], string.format('%.0f', fence))
-  redis.call('DEL', KEYS[2], KEYS[4])
+  -- the preemption request and the info of the previous holder, and the wake-ups nobody popped:
+  -- the lock is held again, so they are stale (a waiter would pop them only to find it busy)
+  redis.call('DEL', KEYS[2], KEYS[4], string.sub(KEYS[1], 1, -5) .. 'wake')
   redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
   heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
