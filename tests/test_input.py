@@ -31,7 +31,11 @@ def assert_one_line(result, code: int, *needles: str) -> None:
         (["-w", "-1", "--", "true"], "--wait"),
         (["--wait", "soon", "--", "true"], "--wait"),
         (["--timeout", "0", "--", "true"], "--timeout"),
-        (["--timeout", "1h", "--", "true"], "--timeout"),
+        (["--timeout", "1w", "--", "true"], "--timeout"),
+        (["--timeout", "366d", "--", "true"], "at most 365d"),
+        (["--ttl", "2 m", "--", "true"], "2m, 1.5h, 7d"),
+        (["--min-hold", "0", "--", "true"], "more than 0"),
+        (["--remember", "36501d", "--", "true"], "at most 36500d"),
         (["--kill-after", "-1", "--", "true"], "--kill-after"),
         (["--on-lost", "ignore", "--", "true"], "--on-lost"),
         (["-E", "256", "--", "true"], "--busy-exit-code"),
@@ -71,7 +75,7 @@ def test_bad_url_query_is_a_usage_error(env, redis_server):
 
 
 def test_bad_read_command_input(env):
-    assert_one_line(run_lockrun(env, "history", "--since", "yesterday"), 2, "--since")
+    assert_one_line(run_lockrun(env, "history", "--since", "tomorrowish"), 2, "--since", "yesterday, 14:00")
     assert_one_line(run_lockrun(env, "history", "--limit", "0"), 2, "--limit")
     assert_one_line(run_lockrun(env, "history", "--status", "great"), 2, "--status")
     assert_one_line(run_lockrun(env, "status", "bad name"), 2, "invalid lock name")

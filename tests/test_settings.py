@@ -26,12 +26,16 @@ def test_default_name_keeps_argument_boundaries():
     assert values.default_name(["true"]).startswith("cmd-") and len(values.default_name(["true"])) == 16
 
 
-@pytest.mark.parametrize("text,value", [("1", 1.0), ("0.5", 0.5), ("120", 120.0), ("2.", 2.0), (".25", 0.25)])
+@pytest.mark.parametrize("text,value", [("1", 1.0), ("0.5", 0.5), ("120", 120.0), ("2.", 2.0), (".25", 0.25),
+                                        ("1s", 1.0), ("2m", 120.0), ("1.5h", 5400.0), ("7d", 604800.0)])
 def test_seconds(text, value):
+    """One syntax for every time value: a bare number of seconds, or a number with a unit."""
     assert values.parse_seconds(text, "--x") == value
+    assert values.parse_duration(text, "--x") == value
+    assert values.parse_min_hold(text, "--x") == value
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "abc", "1e3", "inf", "nan", "", "1s", " "])
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "1e3", "inf", "nan", "", "1 s", " ", "2M", "1w", "s", "1ms"])
 def test_bad_seconds(text):
     with pytest.raises(UsageError):
         values.parse_seconds(text, "--x")
@@ -48,7 +52,7 @@ def test_durations(text, value):
     assert values.parse_duration(text, "--since") == value
 
 
-@pytest.mark.parametrize("text", ["90", "15x", "-1h", "0s", "h", ""])
+@pytest.mark.parametrize("text", ["15x", "-1h", "0s", "h", "", "0"])
 def test_bad_durations(text):
     with pytest.raises(UsageError):
         values.parse_duration(text, "--since")
@@ -101,7 +105,10 @@ def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
     [
         ("ttl = ", "invalid TOML"),
         ("colour = 1", "unknown key 'colour'"),
-        ('ttl = "60"', "line 1: ttl must be"),
+        ('ttl = "60x"', r"line 1: ttl must be seconds \(90\) or a duration string"),
+        ('ttl = "366d"', "line 1: ttl must be"),
+        ('min_hold = 0', "min_hold must be"),
+        ('socket_timeout = "301"', "socket_timeout must be"),
         ("\n\nttl = 0.5", "line 3: ttl must be"),
         ('redis_url = "http://x"', "invalid Redis URL"),
         ("ttl = true", "ttl must be"),

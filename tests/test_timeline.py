@@ -561,10 +561,11 @@ def test_sequential_runs_take_the_fast_path_in_any_order():
 def test_parse_moment_forms():
     assert parse_moment("90m", "--since") == 5400.0
     assert parse_moment("1.5h", "--since") == 5400.0
+    assert parse_moment("12", "--since") == parse_moment("12s", "--since") == 12.0  # a bare number: seconds
     assert parse_moment("2026-11-30T12:00Z", "--until") == UNTIL
     assert parse_moment("2026-11-30T13:00+01:00", "--until") == UNTIL
     assert parse_moment("now", "--until") <= datetime.now(timezone.utc)
-    for bad in ("", "12", "12x", "tomorrowish", "2026-02-30", "-1h", "1e5h", "nan", "inf"):
+    for bad in ("", "12x", "tomorrowish", "2026-02-30", "-1h", "1e5h", "nan", "inf"):
         with pytest.raises(UsageError):
             parse_moment(bad, "--since")
 

@@ -53,24 +53,30 @@ class Validated(ParamTypeBase):
 
 
 def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
+    """A time value of at most 365 days: ``90``, ``90s``, ``2m``, ``1.5h``, ``7d`` (config/values)."""
     return Validated(
-        "SECONDS", lambda value, what: values.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
+        "DURATION", lambda value, what: values.parse_seconds(value, what, minimum=minimum, allow_zero=allow_zero)
     )
 
 
-DURATION = Validated("DURATION", values.parse_duration)
+DURATION = Validated("DURATION", values.parse_duration)  # the same syntax, at most 100 years
 MIN_HOLD = Validated("DURATION", values.parse_min_hold)
 LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
-def _moment(value: str, what: str) -> float | datetime:
-    from lockrun.views.timeline_window import parse_moment  # not at import time: `run` never needs it
+def moment_type(maximum: float | None = None) -> Validated:
+    """A ``--since``/``--until``: a duration ago (at most ``maximum``; default the timeline's window) or a time."""
 
-    return parse_moment(value, what)
+    def parse(value: str, what: str) -> float | datetime:
+        from lockrun.config.moments import MAX_WINDOW_S, parse_moment  # not at import time: `run` never needs it
+
+        return parse_moment(value, what, maximum=MAX_WINDOW_S if maximum is None else maximum)
+
+    return Validated("TIME", parse)
 
 
-MOMENT = Validated("TIME", _moment)
+MOMENT = moment_type()
 HOST = Validated("H", values.validate_host)
 REPLICAS = Validated("N|all", values.parse_replicas)
 SIZE = Validated("SIZE", values.parse_size)

@@ -6,15 +6,18 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
 from lockrun.cli.output import say
-from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_CHOICES
+from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_CHOICES, moment_type
 from lockrun.core import defaults
 from lockrun.core.clock import exact_duration
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 @cli.command(context_settings=CONTEXT)
@@ -22,8 +25,10 @@ from lockrun.core.clock import exact_duration
 @click.option("--limit", type=click.IntRange(1, defaults.MAX_HISTORY_LIMIT), metavar="N", default=20,
               show_default=True, help=f"Show at most N runs (1 to {defaults.MAX_HISTORY_LIMIT}).")
 @click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
-@click.option("--since", type=DURATION,
-              help=f"Only runs started within DURATION (90m, 12h, 7d; at most {defaults.MAX_DURATION_TEXT}).")
+@click.option("--since", type=moment_type(defaults.MAX_DURATION_S),
+              help="Only runs started since TIME, as timeline --since takes it: a duration ago (90, 90m, 12h, 7d; at "
+                   f"most {defaults.MAX_DURATION_TEXT}) or a time (yesterday, 14:00, 2026-11-30, "
+                   "2026-11-30T14:00:00Z).")
 @click.option("--fleet", is_flag=True,
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @click.option("--host", "host_filter", metavar="HOST",
@@ -32,7 +37,8 @@ from lockrun.core.clock import exact_duration
 @global_options
 @click.pass_context
 def history(
-    ctx: click.Context, name: str | None, limit: int, status_filter: str | None, since: float | None, fleet: bool,
+    ctx: click.Context, name: str | None, limit: int, status_filter: str | None, since: float | datetime | None,
+    fleet: bool,
     host_filter: str | None, as_json: bool,
 ) -> NoReturn:
     """Show the runs recorded in the ledger, newest first.
@@ -40,6 +46,7 @@ def history(
     \b
       lockrun history                           # the last 20 runs on this host
       lockrun history sync-invoices --since 7d
+      lockrun history --since yesterday
       lockrun history --status failed --json
       lockrun history --fleet --host app-2      # every host's runs, from Redis
 
@@ -65,7 +72,8 @@ def history(
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--older-than", type=DURATION, required=True,
-              help=f"Delete finished runs older than DURATION (90d; at most {defaults.MAX_DURATION_TEXT}).")
+              help=f"Delete finished runs older than DURATION (90d, 12h; a bare number is seconds; at most "
+                   f"{defaults.MAX_DURATION_TEXT}).")
 @global_options
 @click.pass_context
 def prune(ctx: click.Context, older_than: float) -> NoReturn:

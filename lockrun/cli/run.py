@@ -31,14 +31,15 @@ from lockrun.core.errors import UsageError
 @click.option("-n", "--name", type=LOCK_NAME,
               help="Lock name [default: cmd- + 12 hex of sha256 of the argv joined by NUL].")
 @click.option("--ttl", type=seconds_type(minimum=1), envvar="LOCKRUN_TTL", show_envvar=True,
-              help=f"Lease length in seconds, {values.seconds_range(1)}; renewed every TTL/3 [default: 60].")
+              help=f"Lease length ({values.seconds_range(1)}): seconds (90) or with a unit (90s, 2m, 1.5h, 7d), "
+                   "as every time value takes; renewed every TTL/3 [default: 60].")
 @click.option("-w", "--wait", type=seconds_type(allow_zero=True),
-              help=f"Wait up to SECONDS ({values.seconds_range(allow_zero=True)}) for a busy lock [default: 0 (give"
-                   " up at once); with --replace, the holder's TTL + --kill-after].")
+              help=f"Wait up to DURATION ({values.seconds_range(allow_zero=True)}: 600, 10m) for a busy lock "
+                   "[default: 0 (give up at once); with --replace, the holder's TTL + --kill-after].")
 @click.option("--timeout", type=seconds_type(),
-              help=f"Stop the command after SECONDS ({values.seconds_range()}); exit 124.")
+              help=f"Stop the command after DURATION ({values.seconds_range()}: 3600, 1h); exit 124.")
 @click.option("--kill-after", type=seconds_type(), default=defaults.DEFAULT_KILL_AFTER, show_default=True,
-              help=f"Grace in seconds ({values.seconds_range()}) between SIGTERM and SIGKILL when stopping the "
+              help=f"Grace ({values.seconds_range()}: 10, 30s) between SIGTERM and SIGKILL when stopping the "
                    "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
 @click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
               help="What to do when the lease cannot be kept (a --replace by another run always stops the "
@@ -53,12 +54,12 @@ from lockrun.core.errors import UsageError
                    "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
                    "Not with --once.")
 @click.option("--remember", type=DURATION, default=defaults.DEFAULT_REMEMBER, show_default=True,
-              help=f"How long a succeeded --once key is kept (at most {defaults.MAX_DURATION_TEXT}).")
+              help=f"How long a succeeded --once key is kept (30d, 12h; at most {defaults.MAX_DURATION_TEXT}).")
 @click.option("--slots", type=click.IntRange(1, defaults.MAX_SLOTS), metavar="N", default=1, show_default=True,
               help=f"Allow up to N (1 to {defaults.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
                    " each holder has its own token and fencing token. Every caller of one name must use the same N.")
 @click.option("--min-hold", type=MIN_HOLD,
-              help=f"Keep the lock taken until at least DURATION (at most {defaults.MAX_MIN_HOLD_TEXT}) after "
+              help=f"Keep the lock taken until at least DURATION (30, 5m; at most {defaults.MAX_MIN_HOLD_TEXT}) after "
                    "acquisition, so a host whose clock lags cannot rerun a short job; status shows such a lock as "
                    "cooling (config: min_hold).")
 @click.option("--replace", is_flag=True,

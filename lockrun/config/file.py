@@ -5,7 +5,6 @@ against its type and range (exit 78, naming the file and line).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -18,8 +17,9 @@ from lockrun.config.values import (
     OUTPUT_PATH_KEYS,
     REPLICAS_RULE,
     output_path_problem,
-    parse_min_hold,
     parse_replicas,
+    parse_time_span,
+    seconds_range,
     validate_http_url,
 )
 from lockrun.core.defaults import (
@@ -28,7 +28,6 @@ from lockrun.core.defaults import (
     MAX_FLEET_KEEP_RUNS,
     MAX_KEEP_DAYS,
     MAX_SECONDS,
-    days_text,
 )
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode
@@ -44,15 +43,15 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "prefix": ((str,), "a string"),
     "ledger": ((str,), "a string (path of the SQLite ledger)"),
     "state_dir": ((str,), "a string (directory)"),
-    "ttl": ((int, float), f"a number of seconds from 1 to {MAX_SECONDS}"),
+    "ttl": ((int, float, str), f"seconds (90) or a duration string (\"2m\"), {seconds_range(1)}"),
     "ledger_keep_days": ((int,), f"a whole number of days from 1 to {MAX_KEEP_DAYS}"),
     "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
     "notify_urls": ((list,), "a list of http:// or https:// URLs"),
-    "min_hold": ((str,), f"a duration string such as \"30s\" or \"5m\", at most {days_text(MAX_SECONDS)}"),
-    "socket_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
-                                     " (a run caps it at TTL/3)"),
-    "connect_timeout": ((int, float), f"a number of seconds, more than 0 and at most {MAX_CALL_TIMEOUT_S}"
-                                      " (a run caps it at TTL/3)"),
+    "min_hold": ((int, float, str), f"seconds (30) or a duration string (\"5m\"), {seconds_range()}"),
+    "socket_timeout": ((int, float, str), f"seconds (2.5) or a duration string (\"2s\"),"
+                                          f" {seconds_range(maximum=MAX_CALL_TIMEOUT_S)} (a run caps it at TTL/3)"),
+    "connect_timeout": ((int, float, str), f"seconds (2.5) or a duration string (\"2s\"),"
+                                           f" {seconds_range(maximum=MAX_CALL_TIMEOUT_S)} (a run caps it at TTL/3)"),
     "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
     "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
     "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
@@ -74,11 +73,11 @@ class ConfigFile(TypedDict, total=False):
     prefix: str
     ledger: str
     state_dir: str
-    ttl: float  # a TOML integer too
+    ttl: float  # seconds: a TOML number or a duration string, read as seconds (TIME_KEYS)
     ledger_keep_days: int
     metrics_file: str
     notify_urls: list[str]
-    min_hold: str
+    min_hold: float
     socket_timeout: float
     connect_timeout: float
     replicas: int | str
@@ -167,11 +166,7 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
     def refuse(reason: str = "") -> None:
         raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
 
-    if key == "ttl" and not (math.isfinite(value) and 1 <= value <= MAX_SECONDS):
-        refuse(f", not {value!r}")
     if key == "ledger_keep_days" and not 1 <= value <= MAX_KEEP_DAYS:
-        refuse(f", not {value!r}")
-    if key in ("socket_timeout", "connect_timeout") and not (math.isfinite(value) and 0 < value <= MAX_CALL_TIMEOUT_S):
         refuse(f", not {value!r}")
     if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
         refuse(f", not {value!r}")
@@ -184,8 +179,6 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
         if problem:
             raise ConfigError(f"config file {where}: {problem}")
     try:
-        if key == "min_hold":
-            parse_min_hold(value, "min_hold")
         if key == "replicas":
             parse_replicas(value, "replicas")
         if key == "notify_urls":
@@ -199,6 +192,24 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
             parse_zone(value, "timezone")
     except UsageError as exc:
         raise ConfigError(f"config file {where}: {exc}") from None
+
+
+#: Keys that are time values, as every flag takes them: seconds (a TOML number, or "90") or a
+#: duration string ("90s", "2m", "1.5h", "7d"); read as seconds. key -> (minimum, maximum).
+TIME_KEYS: dict[str, tuple[float, float]] = {
+    "ttl": (1.0, MAX_SECONDS),
+    "min_hold": (0.0, MAX_SECONDS),
+    "socket_timeout": (0.0, MAX_CALL_TIMEOUT_S),
+    "connect_timeout": (0.0, MAX_CALL_TIMEOUT_S),
+}
+
+
+def _time_value(key: str, value: float | str, expected: str, where: str) -> float:
+    minimum, maximum = TIME_KEYS[key]
+    try:
+        return parse_time_span(value, key, minimum=minimum, maximum=maximum)
+    except UsageError:
+        raise ConfigError(f"config file {where}: {key} must be {expected}, not {value!r}") from None
 
 
 def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
@@ -232,6 +243,8 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
         types, expected = CONFIG_KEYS[key]
         if (isinstance(value, bool) and key not in BOOL_CONFIG_KEYS) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
+        if key in TIME_KEYS:
+            data[key] = _time_value(key, cast(Any, value), expected, where)
         _check_config_value(key, value, expected, where)
     return path, cast(ConfigFile, data)  # every key is known, of its type and in its range (checked above)
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from lockrun.backends.redis.url import redact_url, url_without_credentials, validate_redis_url
 from lockrun.config.file import load_config, read_password_file
-from lockrun.config.values import parse_min_hold, parse_replicas
+from lockrun.config.values import parse_replicas
 from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS, DEFAULT_PREFIX, DEFAULT_TTL
 
 # --- resolved settings ------------------------------------------------------------------
@@ -108,7 +108,7 @@ def resolve(
         ledger_keep_days=file.get("ledger_keep_days"),
         metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
         notify_urls=tuple(file.get("notify_urls", ())),
-        min_hold=parse_min_hold(file["min_hold"], "min_hold") if file.get("min_hold") else None,
+        min_hold=file.get("min_hold"),  # seconds (config/file.py reads every time value)
         replicas=parse_replicas(file["replicas"], "replicas") if "replicas" in file else 0,
         redis_ca=redis_ca or file.get("redis_ca"),
         socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lockrun.backends.values import ALL_REPLICAS
-from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL, days_text
+from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL
 from lockrun.core.errors import UsageError
 from lockrun.core.record import FINAL_STATUSES, Status
 from lockrun.system.safefs import special_file
@@ -21,8 +21,7 @@ NAME_RULE = (
     "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
 )
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\-]{0,199}")
-_SECONDS_RE = re.compile(r"\d+(\.\d*)?|\.\d+")
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_SPAN_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -54,44 +53,63 @@ def default_name(argv: list[str]) -> str:
     return "cmd-" + digest.hexdigest()[:12]
 
 
+#: The one syntax of every seconds and duration value (flags, environment, config file): a
+#: number of seconds (``90``, ``0.5``) or a number with a unit (``90s``, ``2m``, ``1.5h``, ``7d``).
+TIME_SYNTAX = "seconds (90) or a number with a unit s, m, h or d (90s, 2m, 1.5h, 7d)"
+
+
 def seconds_range(minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS) -> str:
-    """How --help and messages state a seconds option's range:
-    ``at least 1 and at most 31536000 (365 days)``."""
-    low = f"at least {minimum:g}" if minimum > 0 else ("0 or more" if allow_zero else "more than 0")
-    return f"{low} and at most {maximum:.0f} ({maximum / 86400:g} days)"
+    """How --help and messages state a time value's range: ``at least 1s and at most 365d``."""
+    low = f"at least {minimum:g}s" if minimum > 0 else ("0 or more" if allow_zero else "more than 0")
+    return f"{low} and at most {span_text(maximum)}"
+
+
+def span_text(seconds: float) -> str:
+    """A limit in its largest whole unit: ``365d``, ``5m``, ``90s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_time_span(
+    text: str | float, what: str, *, minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """Seconds from ``90``, ``0.5``, ``90s``, ``2m``, ``1.5h`` or ``7d``: more than 0 (``allow_zero``:
+    0 too), at least ``minimum``, at most ``maximum``; anything else is one UsageError line."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):  # a TOML number: seconds
+        shown, value = repr(text), float(text)
+    else:
+        match = _SPAN_RE.fullmatch(str(text).strip())
+        shown, value = str(text), float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
+    ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
+    if not ok:  # NaN compares false: also a value too long to be finite
+        raise UsageError(
+            f"invalid {what} {shown!r}: expected {TIME_SYNTAX}, {seconds_range(minimum, allow_zero, maximum)}"
+        )
+    return value
+
+
+def is_time_span(text: str) -> bool:
+    """Whether ``text`` is written as a time value (``90``, ``2m``): not necessarily in range."""
+    return _SPAN_RE.fullmatch(text.strip()) is not None
 
 
 def parse_seconds(
     text: str, what: str, *, minimum: float = 0.0, allow_zero: bool = False, maximum: float = MAX_SECONDS
 ) -> float:
-    """A positive decimal number of seconds (``--wait`` also accepts 0), at most ``maximum``."""
-    text = str(text).strip()
-    value = float(text) if _SECONDS_RE.fullmatch(text) else math.nan
-    ok = (
-        math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
-    )
-    if not ok:
-        raise UsageError(
-            f"invalid {what} {text!r}: expected a number of seconds, {seconds_range(minimum, allow_zero, maximum)}"
-        )
-    return value
+    """``--ttl``, ``--wait`` (0 too), ``--timeout``, ``--kill-after``: at most 365 days."""
+    return parse_time_span(text, what, minimum=minimum, allow_zero=allow_zero, maximum=maximum)
 
 
 def parse_duration(text: str, what: str, maximum: float = MAX_DURATION_S) -> float:
-    """A number with a unit: ``90s``, ``15m``, ``12h``, ``7d`` -> seconds, at most ``maximum``."""
-    match = _DURATION_RE.fullmatch(str(text).strip())
-    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)] if match else math.nan
-    if not (0 < seconds <= maximum):  # also false for NaN and for an infinity from too many digits
-        raise UsageError(
-            f"invalid {what} {text!r}: expected a number with a unit s, m, h or d (90s, 15m, 12h, 7d),"
-            f" at most {days_text(maximum)}"
-        )
-    return seconds
+    """``--remember``, ``prune --older-than``: the same syntax, at most ``maximum`` (100 years)."""
+    return parse_time_span(text, what, maximum=maximum)
 
 
 def parse_min_hold(text: str, what: str) -> float:
     """``--min-hold``: a duration that keeps a lock taken, so no longer than a lease may be."""
-    return parse_duration(text, what, maximum=MAX_SECONDS)
+    return parse_time_span(text, what, maximum=MAX_SECONDS)
 
 
 _HOST_RE = re.compile(r"[^\x00-\x20\x7f]{1,255}")

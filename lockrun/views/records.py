@@ -7,9 +7,10 @@ Nothing here prints; a ledger that exists but cannot be read raises LedgerError 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lockrun.core.clock import iso_ago
+from lockrun.core.clock import ISO_FORMAT, iso_ago
 from lockrun.views.reading import backend_hint, check_ledger_directory, open_ledger_for_reading
 
 if TYPE_CHECKING:
@@ -17,20 +18,23 @@ if TYPE_CHECKING:
 
 
 def history(
-    resolved: Settings, name: str | None, limit: int, status: str | None, since_s: float | None, fleet: bool,
-    host: str | None,
+    resolved: Settings, name: str | None, limit: int, status: str | None, since: float | datetime | None,
+    fleet: bool, host: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """The runs, newest first, and the other-backend hint (None with --fleet)."""
+    """The runs, newest first, and the other-backend hint (None with --fleet). ``since``: runs started
+    since that time, or within so many seconds (config/moments)."""
+    since_at = None if since is None else (
+        since if isinstance(since, datetime) else datetime.now(timezone.utc) - timedelta(seconds=since))
     if fleet and resolved.redis_url:
         from lockrun.views import sources
 
-        return sources.fleet_history(resolved, name, host=host, limit=limit, status=status, since_s=since_s), None
+        return sources.fleet_history(resolved, name, host=host, limit=limit, status=status, since=since_at), None
     book = open_ledger_for_reading(resolved.ledger_path)
     if book is None:
         return [], None
     try:
-        since = iso_ago(since_s) if since_s is not None else None
-        rows = book.history(name, limit=limit, status=status, since=since, host=host)
+        since_iso = since_at.astimezone(timezone.utc).strftime(ISO_FORMAT) if since_at is not None else None
+        rows = book.history(name, limit=limit, status=status, since=since_iso, host=host)
         return rows, backend_hint(book, resolved, [name] if name else None)
     finally:
         book.close()

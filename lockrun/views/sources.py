@@ -8,7 +8,6 @@ Nothing here prints: the CLI renders what comes back.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +16,8 @@ from lockrun.core import defaults
 from lockrun.core.errors import BackendUnavailable
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from lockrun.backends.protocol import Backend
     from lockrun.ledger.metrics import JobFacts
     from lockrun.ledger.store import Ledger
@@ -49,12 +50,12 @@ def fleet_history(
     host: str | None,
     limit: int,
     status: str | None,
-    since_s: float | None,
+    since: datetime | None,
 ) -> list[dict[str, Any]]:
-    """``history --fleet``: every host's runs, newest first; ``since_s``: started within so many seconds."""
+    """``history --fleet``: every host's runs, newest first; ``since``: started at or after it."""
     from lockrun.views import fleet
 
-    since_ms = max(0, int((time.time() - since_s) * 1000)) if since_s is not None else None
+    since_ms = max(0, int(since.timestamp() * 1000)) if since is not None else None
     return read_fleet(resolved, lambda record, backend: fleet.history(
         record, backend.holders, name, host=host, limit=limit, status=status, since_ms=since_ms))
 

@@ -78,8 +78,8 @@ def test_durations_up_to_the_limit() -> None:
 
 def test_seconds_up_to_a_year() -> None:
     assert values.parse_seconds(" 31536000 ", "--ttl") == 31536000
-    with pytest.raises(UsageError, match=r"^invalid --ttl '31536001': expected a number of seconds, more than 0 and"
-                                         r" at most 31536000 \(365 days\)$"):
+    with pytest.raises(UsageError, match=r"^invalid --ttl '31536001': expected seconds \(90\) or a number with a unit"
+                                         r" s, m, h or d \(90s, 2m, 1.5h, 7d\), more than 0 and at most 365d$"):
         values.parse_seconds("31536001", "--ttl")
 
 
