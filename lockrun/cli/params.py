@@ -13,10 +13,11 @@ from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
 from lockrun.core import zones
 from lockrun.core.errors import LockrunError, UsageError
-from lockrun.core.record import Status
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from click.shell_completion import CompletionItem
 
     # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
     # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
@@ -98,7 +99,24 @@ def output_file(dash: bool = False) -> Validated:
     return Validated("PATH", check, echo_value=False)
 
 
-STATUS_CHOICES = [status.value for status in Status]
+class StatusFilter(Validated):
+    """``history --status``: ledger statuses, comma-separated (and the option repeatable), or
+    ``failures``; completion offers them, after a comma too."""
+
+    def __init__(self) -> None:
+        super().__init__("STATUSES", values.parse_status_filter)
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        from click.shell_completion import CompletionItem
+
+        done, _, last = incomplete.rpartition(",")
+        head = done + "," if done else ""
+        return [CompletionItem(head + name) for name in values.STATUS_FILTER_NAMES if name.startswith(last)]
+
+
+STATUS_FILTER = StatusFilter()
 
 
 RUN_ID = Validated("RUN_ID", lambda value, what: values.validate_run_id(value), echo_value=False)

@@ -12,7 +12,8 @@ import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
 from lockrun.cli.output import say
-from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_CHOICES, moment_type
+from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_FILTER, moment_type
+from lockrun.config import values
 from lockrun.core import defaults
 from lockrun.core.clock import exact_duration
 
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
 @click.argument("name", required=False, type=LOCK_NAME, shell_complete=complete_lock_names)
 @click.option("--limit", type=click.IntRange(1, defaults.MAX_HISTORY_LIMIT), metavar="N", default=20,
               show_default=True, help=f"Show at most N runs (1 to {defaults.MAX_HISTORY_LIMIT}).")
-@click.option("--status", "status_filter", type=click.Choice(STATUS_CHOICES), help="Only runs with this status.")
+@click.option("--status", "status_filter", type=STATUS_FILTER, multiple=True, metavar="STATUS[,STATUS...]",
+              help=f"Only runs with one of these statuses ({', '.join(values.STATUS_FILTER_NAMES[:-1])}): "
+                   "repeatable or comma-separated (--status failed,timeout); failures: failed, timeout, lost, killed, "
+                   "abandoned, error and unavailable.")
 @click.option("--since", type=moment_type(defaults.MAX_DURATION_S),
               help="Only runs started since TIME, as timeline --since takes it: a duration ago (90, 90m, 12h, 7d; at "
                    f"most {defaults.MAX_DURATION_TEXT}) or a time (yesterday, 14:00, 2026-11-30, "
@@ -37,7 +41,8 @@ if TYPE_CHECKING:
 @global_options
 @click.pass_context
 def history(
-    ctx: click.Context, name: str | None, limit: int, status_filter: str | None, since: float | datetime | None,
+    ctx: click.Context, name: str | None, limit: int, status_filter: tuple[frozenset[str], ...],
+    since: float | datetime | None,
     fleet: bool,
     host_filter: str | None, as_json: bool,
 ) -> NoReturn:
@@ -48,6 +53,7 @@ def history(
       lockrun history sync-invoices --since 7d
       lockrun history --since yesterday
       lockrun history --status failed --json
+      lockrun history --status failures --since yesterday  # every way a run can go wrong
       lockrun history --fleet --host app-2      # every host's runs, from Redis
 
     Without --fleet it needs no backend: it reads this host's ledger only, and
@@ -60,7 +66,8 @@ def history(
     from lockrun.views import records
 
     resolved = resolved_settings(ctx)
-    rows, hint = records.history(resolved, name, limit, status_filter, since, fleet, host_filter)
+    statuses = frozenset().union(*status_filter) if status_filter else None
+    rows, hint = records.history(resolved, name, limit, statuses, since, fleet, host_filter)
     if as_json:
         render.print_json(rows)
     else:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from lockrun.backends.values import ALL_REPLICAS
 from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL
 from lockrun.core.errors import UsageError
-from lockrun.core.record import FINAL_STATUSES, Status
+from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
 from lockrun.system.safefs import special_file
 
 NAME_RULE = (
@@ -163,6 +163,23 @@ def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:
     if not statuses or any(status not in NOTIFY_STATUSES for status in statuses):
         raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_STATUSES)}")
     return statuses
+
+
+#: What ``history --status`` may name: every ledger status, and the group ``failures``.
+STATUS_FILTER_NAMES = (*(status.value for status in Status), FAILURES)
+
+
+def parse_status_filter(text: str, what: str) -> frozenset[str]:
+    """``failed,timeout`` -> {"failed", "timeout"}; ``failures`` -> every failure status."""
+    names = [part.strip() for part in str(text).split(",")]
+    if not all(name in STATUS_FILTER_NAMES for name in names):
+        raise UsageError(
+            f"invalid {what} {text!r}: expected ledger statuses, comma-separated or repeated"
+            f" ({', '.join(STATUS_FILTER_NAMES[:-1])}), or {FAILURES}"
+            f" ({', '.join(FAILURE_STATUSES)})"
+        )
+    expanded = {status for name in names for status in ([*FAILURE_STATUSES] if name == FAILURES else [name])}
+    return frozenset(str(status) for status in expanded)
 
 
 def redact_endpoint(url: str) -> str:

@@ -47,6 +47,11 @@ FINAL_STATUSES = (
 NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED})
 #: Stored as running; read as abandoned once its lockrun is known to be gone.
 IN_PROGRESS = frozenset({Status.RUNNING, Status.ABANDONED})
+#: ``history --status failures``: every way a run can go wrong (README "Ledger statuses").
+FAILURES = "failures"
+FAILURE_STATUSES = (
+    Status.FAILED, Status.TIMEOUT, Status.LOST, Status.KILLED, Status.ABANDONED, Status.ERROR, Status.UNAVAILABLE,
+)
 
 #: A run row as ``history --json`` prints it: each of ROW_FIELDS to a JSON value (text, a
 #: number, the command as a list of strings, or None where it is not known).

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -275,10 +275,11 @@ class Ledger:
             return [_row_to_dict(row, self._known_dead) for row in db.execute(sql, params)]
 
     def history(
-        self, name: str | None = None, *, limit: int = 20, status: str | None = None, since: str | None = None,
-        host: str | None = None,
+        self, name: str | None = None, *, limit: int = 20, statuses: Collection[str] | None = None,
+        since: str | None = None, host: str | None = None,
     ) -> list[Row]:
-        """Newest first. ``since`` is an ISO timestamp; ``abandoned`` is derived, so it is filtered here."""
+        """Newest first; ``statuses``: only runs with one of them. ``since`` is an ISO timestamp;
+        ``abandoned`` is derived (a ``running`` row of a dead lockrun), so it is filtered here."""
         where, params = [], []
         if name is not None:
             where.append("name = ?")
@@ -289,15 +290,27 @@ class Ledger:
         if since is not None:
             where.append("started_at >= ?")
             params.append(since)
-        derived = status in IN_PROGRESS
-        if status is not None:
-            where.append("status = ?")
-            params.append(Status.RUNNING if derived else status)
+        wanted = frozenset(statuses) if statuses is not None else None
+        if wanted is not None and not wanted:
+            return []  # none asked for: none match
+        if wanted is not None:
+            stored = sorted({Status.RUNNING.value if status in IN_PROGRESS else status for status in wanted})
+            where.append(f"status IN ({', '.join('?' * len(stored))})")
+            params.extend(stored)
         sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC"
-        if derived:  # few rows are ever running: read them all, then keep the ones asked for
-            rows = [row for row in self._query(sql, tuple(params)) if row["status"] == status]
-            return rows[:limit]
-        return self._query(sql + " LIMIT ?", (*params, limit))
+        if wanted is None or not wanted & IN_PROGRESS:
+            return self._query(sql + " LIMIT ?", (*params, limit))
+        # running or abandoned asked for: a running row is either, so rows are read (newest first)
+        # until enough are the ones asked for.
+        rows: list[Row] = []
+        with self._connection() as db:
+            for raw in db.execute(sql, tuple(params)):
+                row = _row_to_dict(raw, self._known_dead)
+                if row["status"] in wanted:
+                    rows.append(row)
+                    if len(rows) >= limit:
+                        break
+        return rows
 
     def find_run(self, run_id_prefix: str) -> tuple[Row, str | None] | None:
         """The run whose id starts with ``run_id_prefix``, and its output tail.

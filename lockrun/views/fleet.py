@@ -165,7 +165,7 @@ def history(
     *,
     host: str | None = None,
     limit: int = 20,
-    status: str | None = None,
+    statuses: frozenset[str] | None = None,
     since_ms: int | None = None,
 ) -> list[Row]:
     """Every host's runs of ``name`` (or of every name), newest first, as ``history --json`` rows.
@@ -203,7 +203,7 @@ def history(
         if host is not None and entry.row["host"] != host:
             continue
         row = judge.settle(entry)
-        if status is None or row["status"] == status:
+        if statuses is None or row["status"] in statuses:
             rows.append(row)
     return rows
 

@@ -18,23 +18,23 @@ if TYPE_CHECKING:
 
 
 def history(
-    resolved: Settings, name: str | None, limit: int, status: str | None, since: float | datetime | None,
+    resolved: Settings, name: str | None, limit: int, statuses: frozenset[str] | None, since: float | datetime | None,
     fleet: bool, host: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The runs, newest first, and the other-backend hint (None with --fleet). ``since``: runs started
-    since that time, or within so many seconds (config/moments)."""
+    since that time, or within so many seconds (config/moments); ``statuses``: only those."""
     since_at = None if since is None else (
         since if isinstance(since, datetime) else datetime.now(timezone.utc) - timedelta(seconds=since))
     if fleet and resolved.redis_url:
         from lockrun.views import sources
 
-        return sources.fleet_history(resolved, name, host=host, limit=limit, status=status, since=since_at), None
+        return sources.fleet_history(resolved, name, host=host, limit=limit, statuses=statuses, since=since_at), None
     book = open_ledger_for_reading(resolved.ledger_path)
     if book is None:
         return [], None
     try:
         since_iso = since_at.astimezone(timezone.utc).strftime(ISO_FORMAT) if since_at is not None else None
-        rows = book.history(name, limit=limit, status=status, since=since_iso, host=host)
+        rows = book.history(name, limit=limit, statuses=statuses, since=since_iso, host=host)
         return rows, backend_hint(book, resolved, [name] if name else None)
     finally:
         book.close()

@@ -49,7 +49,7 @@ def fleet_history(
     *,
     host: str | None,
     limit: int,
-    status: str | None,
+    statuses: frozenset[str] | None,
     since: datetime | None,
 ) -> list[dict[str, Any]]:
     """``history --fleet``: every host's runs, newest first; ``since``: started at or after it."""
@@ -57,7 +57,7 @@ def fleet_history(
 
     since_ms = max(0, int(since.timestamp() * 1000)) if since is not None else None
     return read_fleet(resolved, lambda record, backend: fleet.history(
-        record, backend.holders, name, host=host, limit=limit, status=status, since_ms=since_ms))
+        record, backend.holders, name, host=host, limit=limit, statuses=statuses, since_ms=since_ms))
 
 
 def fleet_run(resolved: settings.Settings, run_id: str) -> FleetRun | None:

@@ -183,7 +183,7 @@ def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[LockEntr
     if ledger is None:
         return []
     try:
-        running = ledger.history(status=Status.RUNNING, limit=100000)
+        running = ledger.history(statuses={Status.RUNNING}, limit=100000)
     except LedgerError:
         return []
     by_name = {row["name"]: row for row in reversed(running)}
