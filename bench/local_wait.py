@@ -95,7 +95,9 @@ def main(argv: list[str]) -> dict:
     result = {"machine": machine(), "seconds": seconds, "rounds": rounds,
               "waiting_cpu_percent": {case: statistics.median(v) for case, v in cpu.items()},
               "handover_p50_ms": {case: percentile(v, 50) * 1000 for case, v in hand.items()},
-              "handover_p99_ms": {case: percentile(v, 99) * 1000 for case, v in hand.items()}}
+              "handover_p99_ms": {case: percentile(v, 99) * 1000 for case, v in hand.items()},
+              "handover_samples_ms": {case: [round(x * 1000, 3) for x in v] for case, v in hand.items()},
+              "load_average": os.getloadavg()}
     write_json(argv, result)
     return result
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 @cli.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
 @click.option("--since", type=MOMENT, default="24h", show_default=True,
-              help="Start of the window: a duration before --until (90m, 24h, 7d), or a time (yesterday, 14:00, "
+              help="Start of the window: a duration before --until (90, 90m, 1.5h, 7d), or a time (yesterday, 14:00, "
                    "2026-11-30, '2026-11-30 14:00', 2026-11-30T14:00Z; local time unless it says otherwise).")
 @click.option("--until", type=MOMENT, help="End of the window: a time, or a duration ago (2h) [default: now].")
 @click.option("--fleet", is_flag=True,
