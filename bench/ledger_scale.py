@@ -48,6 +48,10 @@ def main(argv: list[str]) -> dict:
                 "history job-7 --limit 50 --json": ([LOCKRUN, "history", "job-7", "--limit", "50", "--json"], env),
                 "history --status failed --limit 50 --json": (
                     [LOCKRUN, "history", "--status", "failed", "--limit", "50", "--json"], env),
+                "history --status failed,timeout --limit 50 --json": (
+                    [LOCKRUN, "history", "--status", "failed,timeout", "--limit", "50", "--json"], env),
+                "history --status failures --limit 50 --json": (
+                    [LOCKRUN, "history", "--status", "failures", "--limit", "50", "--json"], env),
                 "status --json (local, 3 held)": ([LOCKRUN, "status", "--json"], env),
                 "status --json (redis, 3 held)": ([LOCKRUN, "status", "--json"], redis_env),
             }

@@ -129,3 +129,33 @@ def test_a_wait_given_up_keeps_no_lock_and_never_drops_one_taken_later(local_env
         assert run_lockrun(local_env, "-n", "handed", "--", "true").returncode == 0
     finally:
         backend.close()
+
+
+def test_a_local_waiter_takes_a_lock_cleared_by_unlock_force(local_env, tmp_path):
+    """unlock --force removes the lock file its helper sleeps on: the waiter notices it is gone."""
+    holder = start_holder(local_env, tmp_path, "forced", "--ttl", "3")
+    waiter = waiting(local_env, tmp_path, "forced")
+    try:
+        wait_until(lambda: _threads(waiter.pid) >= 2, what="the waiter's helper thread")
+        assert run_lockrun(local_env, "unlock", "forced", "--force", "--yes").returncode == 0
+        _, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, err
+        assert (tmp_path / "forced.ran").exists()
+    finally:
+        holder.terminate()
+        holder.communicate(timeout=30)
+
+
+def test_a_local_waiter_sleeps_through_a_min_hold_and_runs_after_it(local_env, tmp_path):
+    """A finished run's --min-hold holds no kernel lock (nothing to block on): its end is a time,
+    slept until, never a busy loop."""
+    assert run_lockrun(local_env, "-n", "cooled", "--min-hold", "4", "--", "true").returncode == 0
+    cooling_ends = time.time() + 3.0  # at least: the run ended before this line
+    waiter = waiting(local_env, tmp_path, "cooled")
+    wait_until(lambda: _threads(waiter.pid) >= 1 and voluntary_switches(waiter.pid) > 0, what="the waiter")
+    before = voluntary_switches(waiter.pid)
+    time.sleep(1.0)  # a window to count wake-ups in
+    assert voluntary_switches(waiter.pid) - before < 40
+    _, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, err
+    assert (tmp_path / "cooled.ran").stat().st_mtime >= cooling_ends

@@ -64,7 +64,11 @@ def test_bad_keys_are_usage_errors(env, key):
 
 
 def test_bad_remember_is_a_usage_error(env):
-    assert run_lockrun(env, "-n", "bad", "--once", "k", "--remember", "30", "--", "true").returncode == 2
+    for bad in ("30x", "0", "36501d"):
+        result = run_lockrun(env, "-n", "bad", "--once", "k", "--remember", bad, "--", "true")
+        assert result.returncode == 2 and "--remember" in result.stderr and result.stderr.count("\n") == 1
+    # A bare number is seconds, as every time value takes (README "Ranges").
+    assert run_lockrun(env, "-n", "bad", "--once", "k", "--remember", "30", "--", "true").returncode == 0
 
 
 # --- --once-per: the crontab-friendly form -------------------------------------------------------

@@ -90,28 +90,32 @@ class KernelWaits:
         """Sleep until one of the lock files at ``paths`` is let go by its holder, a signal comes,
         or ``timeout`` passes; never longer. A file that cannot be watched is waited for by time."""
         started = time.monotonic()
-        for path in paths[:MAX_WATCHED]:
-            self._watch(path)
+        watched = [self._watch(path) for path in paths[:MAX_WATCHED]]
+        if None in watched:  # a lock file gone (unlock --force): the next try makes it, in the old poll's time
+            timeout = min(timeout, QUICK_FLOOR_S)
         floor = QUICK_FLOOR_S if self._quick >= QUICK_IN_A_ROW else 0.0
         woken = self.sleep(timeout, floor)
         self._quick = self._quick + 1 if woken and time.monotonic() - started < 0.002 else 0
 
-    def _watch(self, path: Path) -> None:
+    def _watch(self, path: Path) -> bool | None:
+        """A helper asleep on the lock file at ``path``: True; None when no file is there, False
+        when it cannot be opened (the waiter's timeout bounds that wait)."""
         helper = self._helpers.get(path)
         try:
             current = _identity(os.lstat(path))
         except OSError:
-            return  # gone (unlock --force): the next try creates it
+            return None  # gone (unlock --force): the next try creates it
         if helper is not None and not helper.done.is_set() and helper.identity == current:
-            return  # still asleep on the file that is there: it will wake us
+            return True  # still asleep on the file that is there: it will wake us
         if helper is not None:
             self._finished.append(helper)
+            del self._helpers[path]
         try:
             fd = open_regular(path, os.O_RDWR)
         except (OSError, UnsafePath):
-            self._helpers.pop(path, None)
-            return  # the try said what is wrong with it, or will
+            return False  # the try said what is wrong with it, or will
         self._helpers[path] = _Helper(fd, self._write_fd)
+        return True
 
     def sleep(self, timeout: float, floor: float = 0.0) -> bool:
         """Sleep up to ``timeout`` (at least ``floor``) in ``select`` on the pipe; a signal ends it.
