@@ -102,6 +102,8 @@ class StreamRows:
             if kind == "end" and "start_ms" in fields:  # one event per run: complete as it is
                 self._drop_open(run_id)
                 key = id_ms(text_of(fields["start_ms"]) + "-0")
+                if self.since_ms is not None and key < self.since_ms:
+                    continue  # ended in the window, started before it
                 self._open_from(key)
                 self._last_key = self._bounded(key)
                 self._ready.append(Entry(self._last_key, row_from_fields(self.name, fields)))
