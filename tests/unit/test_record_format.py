@@ -22,7 +22,7 @@ def _as_stored(pairs: list[str], vals: dict[str, str]) -> dict[bytes, bytes]:
     return {key.encode(): value.encode() for key, value in fields.items()}
 
 
-def test_a_row_reads_back_as_it_was_written():
+def test_a_row_reads_back_as_it_was_written() -> None:
     vals: dict[str, str] = {}
     stored = _as_stored(event_pairs(ROW), vals)
     assert is_compact(stored) and [key.decode() for key in stored] == [field for field, _ in EVENT_FIELDS]
@@ -33,7 +33,7 @@ def test_a_row_reads_back_as_it_was_written():
     assert {k: row[k] for k in ROW} == ROW
 
 
-def test_values_past_the_dictionary_and_odd_times_are_kept_inline():
+def test_values_past_the_dictionary_and_odd_times_are_kept_inline() -> None:
     row = {**ROW, "started_at": "yesterday", "ended_at": None}
     fields = dict(zip(event_pairs(row)[0::2], event_pairs(row)[1::2], strict=True))
     fields["h"], fields["c"] = "=app-9", '=["x"]'
@@ -42,7 +42,7 @@ def test_values_past_the_dictionary_and_odd_times_are_kept_inline():
     assert "ended_at" not in decoded and "start_ms" not in decoded  # no k: placed by its started_at
 
 
-def test_entries_someone_else_wrote_read_as_strange_runs():
+def test_entries_someone_else_wrote_read_as_strange_runs() -> None:
     garbage = {b"r": b"x", b"h": b"99", b"c": b"1", b"t": b"\xff", b"e": b"12", b"d": b"nan", b"k": b"-5"}
     decoded = decode_event("not-an-id", garbage, {"1": ("h", "a host, not a command")})
     row = row_from_fields("odd", decoded)
