@@ -2,9 +2,9 @@
 
     python bench/fleet_scale.py [--names 1000] [--runs 1000] [--rounds 5] [--json out.json]
 
-The record is written straight into Redis in lockrun's layout (a start and an end event
-per run in each name's stream, a `last` and a `counts` hash per name), as if 40 hosts
-had run every name every ten minutes for a week. Target: `history --fleet --limit 50`
+The record is written straight into Redis in lockrun's layout (one compact entry per run in
+each name's stream, its `vals`, a `last` and a `counts` hash per name, the registry of names),
+as if 40 hosts had run every name every ten minutes for a week. Target: `history --fleet --limit 50`
 <= 1.5 s. Filtered forms are measured too, for the record (a selective filter has to
 read further back).
 """
@@ -22,6 +22,8 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
 
 from lockrun.backends.redis.backend import lock_keys
+from lockrun.backends.redis.keys import REGISTRY_SEEDED, registry_key
+from lockrun.backends.redis.record_format import event_pairs
 
 STEP_MS = 600_000  # each name runs every ten minutes
 
@@ -31,31 +33,39 @@ def iso(ms: int) -> str:
 
 
 def fill(server: RedisServer, names: int, runs: int) -> None:
+    """The compact layout (backends/redis/record_format.py), as the release script writes it: one
+    entry per run, host and command as numbers into the name's ``vals``, and the registry."""
     client = server.client()
     start = int(time.time() * 1000) - runs * STEP_MS
     pipe = client.pipeline(transaction=False)
     queued = 0
     for n in range(names):
         keys = lock_keys("lockrun:", f"job-{n:04d}")
+        vals: dict[str, str] = {}
         for r in range(runs):
             at = start + r * STEP_MS + n * 500  # the names interleave in time
             run_id = f"{n:04d}{r:028x}"
             host = f"app-{(n + r) % 40}"
             status, code = ("failed", 1) if r % 50 == 7 else ("succeeded", 0)
-            common = {"run_id": run_id, "host": host, "pid": str(1000 + r), "command": json.dumps(["/opt/job", str(n)]),
-                      "fencing_token": str(r + 1)}
-            pipe.xadd(keys.runs, {"event": "start", **common, "started_at": iso(at), "ttl_ms": "60000"},
-                      id=f"{at}-0")
-            end = {"event": "end", **common, "status": status, "exit_code": str(code), "started_at": iso(at),
-                   "ended_at": iso(at + 30_000), "duration_s": "30.0", "exit_status": str(code)}
-            pipe.xadd(keys.runs, end, id=f"{at + 30_000}-0")
-            queued += 2
+            row = {"run_id": run_id, "host": host, "pid": 1000 + r, "command": ["/opt/job", str(n)],
+                   "fencing_token": r + 1, "status": status, "exit_code": code, "started_at": iso(at),
+                   "ended_at": iso(at + 30_000), "duration_s": 30.0, "exit_status": code}
+            flat = event_pairs(row)
+            fields = dict(zip(flat[0::2], flat[1::2], strict=True))
+            for kind in ("h", "c"):
+                fields[kind] = vals.setdefault(kind + fields[kind], str(len(vals) + 1))
+            fields["k"] = "30000"
+            pipe.xadd(keys.runs, fields, id=f"{at + 30_000}-0")
+            queued += 1
             if queued >= 5000:
                 pipe.execute()
                 queued = 0
-        last = {k: v for k, v in end.items() if k != "event"}
+        pipe.hset(keys.vals, mapping=vals)
+        last = row
         pipe.hset(keys.last, mapping={"run_id": last["run_id"], "row": json.dumps(last)})
         pipe.hset(keys.counts, mapping={"succeeded": runs - runs // 50, "failed": runs // 50})
+        pipe.zadd(registry_key("lockrun:"), {f"job-{n:04d}": start + runs * STEP_MS})
+    pipe.zadd(registry_key("lockrun:"), {REGISTRY_SEEDED: "+inf"})
     pipe.execute()
 
 
@@ -94,7 +104,7 @@ def main(argv: list[str]) -> dict:
     print(table(["command", "median s", "rows", "target"], rows))
     headline, listed = results["history --fleet --limit 50"]
     met = headline <= 1.5 and listed == 50
-    print(f"\n{names} names x {runs} runs ({2 * names * runs:,} events, {memory:.0f} MiB in Redis, "
+    print(f"\n{names} names x {runs} runs ({names * runs:,} entries, {memory:.0f} MiB in Redis, "
           f"filled in {filled:.0f}s): history --fleet --limit 50 {headline:.3f}s: {'met' if met else 'MISSED'}")
     data = {"machine": {**machine(), "redis_server": version}, "names": names, "runs": runs,
             "redis_mib": memory, "cases": {name: {"median_s": m, "rows": c} for name, (m, c) in results.items()}}

@@ -121,6 +121,10 @@ def main(folder: str, command: str) -> None:
         rows.extend(waiters_rows(load(d, "waiters")))
     if (d / "redis_import.json").exists():
         rows.append(redis_import_row(load(d, "redis_import")))
+    if (d / "fleet_memory.json").exists():
+        rows += fleet_memory_rows(load(d, "fleet_memory"))
+    if (d / "keyspace.json").exists():
+        rows.append(keyspace_row(load(d, "keyspace")))
     print("# lockrun benchmark results\n")
     print(f"Reproduce with `{command.strip()}` from the repository root (`bench/run --quick` for a smoke run). "
           f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, redis-py {m['redis_py']}, "
@@ -216,6 +220,49 @@ def redis_import_row(r: dict) -> tuple[str, str, str, str]:
                  f" {wall[unused] - floor:+.0f} ms; the Redis run path's imports by redis-py version: {paths}")
     return ("what the Redis run path imports (`import lockrun.backends.redis.backend`; -X importtime, cumulative,"
             " medians)", text, "measured (no target)", "-")
+
+
+def fleet_memory_rows(fm: dict) -> list[tuple[str, str, str, str]]:
+    """bench/fleet_memory.py: bytes per run and per name, this version beside the one before."""
+    mine = fm["versions"]["this version"]
+    before = fm["versions"].get("before (baseline)")
+
+    def was(key: str, scale: float, unit: str) -> str:
+        if not before:
+            return ""
+        text = f"{before[key] / scale:.0f} {unit}" if scale == 1 else f"{before[key] / scale:.1f} {unit}"
+        if key == "per_name":
+            text += f" at {before['keep_runs']} runs, {before['stream_entries']} entries; 10,000 names " \
+                    f"{before['per_name'] * 10_000 / 1e6:,.0f} MB"
+        return f" (before: {text})"
+
+    markers = (f"; `ended:RUN_ID` markers left by {before['keep_runs'] * 3 // 2} runs: before "
+               f"{before['ended_markers']}, now {mine['ended_markers']}") if before else ""
+    return [
+        ("fleet record: `MEMORY USAGE` per recorded run (realistic host name and command)",
+         f"{mine['per_run']:.0f} bytes{was('per_run', 1, 'bytes')}", "<= 160 bytes",
+         verdict(mine["per_run"] <= 160)),
+        (f"fleet record: one name at the default retention ({mine['keep_runs']} runs; 10,000 names)",
+         f"{mine['per_name'] / 1024:.1f} KiB, {mine['stream_entries']} entries; 10,000 names "
+         f"{mine['per_name'] * 10_000 / 1e6:.0f} MB{was('per_name', 1024, 'KiB')}{markers}",
+         "<= 64 KiB (640 MB)", verdict(mine["per_name"] <= 64 * 1024)),
+    ]
+
+
+def keyspace_row(ks: dict) -> tuple[str, str, str, str]:
+    """bench/keyspace_scale.py: the read commands with 1,000,000 unrelated keys / with none."""
+    mine = ks["versions"]["this version"]
+    before = ks["versions"].get("before (baseline)")
+
+    def ratios(r: dict) -> str:
+        return ", ".join(f"`{c}` {r['crowded_s'][c] / r['bare_s'][c]:.2f}x" for c in r["bare_s"])
+
+    worst = max(mine["crowded_s"][c] / mine["bare_s"][c] for c in mine["bare_s"])
+    text = f"{ratios(mine)}; {mine['scan_calls_crowded']} SCAN calls"
+    if before:
+        text += f" (before: {ratios(before)}; {before['scan_calls_crowded']} SCAN calls)"
+    return (f"read commands with {ks['keys']:,} unrelated keys / with none ({ks['names']} names)", text,
+            "<= 1.2x", verdict(worst <= 1.2))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""`status --json` with 10,000 held locks in Redis (SCAN + pipelined reads), each with a last run.
+"""`status --json` with 10,000 held locks in Redis (the registry of names + one script call per
+1,000 names), each with a last run.
 
     python bench/status_scale.py [--locks 10000] [--rounds 5] [--json out.json]
 
 The locks are written straight into Redis in lockrun's key layout (a token with a
 long PX and a full info hash each), as if 10,000 holders on other hosts held them,
-and each name has a last run in the fleet record (its `last` hash), which status shows.
+and each name has a last run in the fleet record (its `last` hash), which status shows, and a
+place in the registry of names, as the acquire script gives it.
 Target: <= 1.5 s.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
 
 from lockrun.backends.redis.backend import lock_keys
+from lockrun.backends.redis.keys import REGISTRY_SEEDED, registry_key
 
 
 def fill(server: RedisServer, count: int) -> None:
@@ -42,8 +45,10 @@ def fill(server: RedisServer, count: int) -> None:
                 "pid": 999 + i, "command": ["/opt/app/bin/job", str(i)], "started_at": now, "ended_at": now,
                 "duration_s": 12.5, "fencing_token": i, "exit_status": 0}
         pipe.hset(keys.last, mapping={"run_id": last["run_id"], "row": json.dumps(last), "last_success_at": now})
+        pipe.zadd(registry_key("lockrun:"), {f"job-{i:05d}": int(time.time() * 1000)})
         if i % 1000 == 999:
             pipe.execute()
+    pipe.zadd(registry_key("lockrun:"), {REGISTRY_SEEDED: "+inf"})
     pipe.execute()
 
 

@@ -84,7 +84,7 @@ class FleetRetention(NamedTuple):
 
     @property
     def max_events(self) -> int:
-        return 2 * self.keep_runs  # a start and an end event per run
+        return self.keep_runs  # one entry per finished run (record_format.py)
 
     @property
     def keep_ms(self) -> int:

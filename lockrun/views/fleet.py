@@ -1,10 +1,12 @@
 """Every host's runs, read back from the fleet record (docs/fleet.md "One fleet, one memory").
 
-The acquire script appends a ``start`` event to a name's ``runs`` stream and the release
-script an ``end`` event carrying the run's final row; ``last`` holds the newest finished
-run and ``counts`` the outcomes by status. This module turns those into the rows that
-``history --json`` prints, newest first by the Redis server's clock (one clock for the
-whole fleet), and into the facts ``metrics --fleet`` and ``status`` show.
+The acquire script notes a run in progress in the name's ``open`` hash (a ``start``, as the
+source gives it) and the release script moves it to the ``runs`` stream as one ``end`` event
+carrying the run's final row and its start's server time; ``last`` holds the newest finished
+run and ``counts`` the outcomes by status. An older lockrun wrote a ``start`` and an ``end``
+event to the stream instead: both are read. This module turns those into the rows that
+``history --json`` prints, newest first by the Redis server's clock at each run's start (one
+clock for the whole fleet), and into the facts ``metrics --fleet`` and ``status`` show.
 
 A ``start`` without an ``end`` is a run in progress while its holder still holds the
 lock, and ``abandoned`` once it does not (its lockrun died without releasing).
@@ -69,8 +71,13 @@ class StreamRows:
     once the stream is read to its oldest event.
     """
 
-    def __init__(self, name: str, since_ms: int | None) -> None:
+    def __init__(self, name: str, since_ms: int | None, opens: list[FleetEvent] | None = None) -> None:
         self.name = name
+        # Runs in progress (the source's ``open`` entries), newest first: placed among the
+        # stream's rows by their start.
+        self._opens: deque[tuple[str, dict[str, object]]] = deque(
+            (entry_id, _decoded(raw)) for entry_id, raw in opens or []
+            if since_ms is None or id_ms(entry_id) >= since_ms)
         self.since_ms = since_ms
         self.before = "+"
         self.oldest = str(since_ms) if since_ms is not None else "-"
@@ -92,9 +99,19 @@ class StreamRows:
             run_id = text_of(fields.get("run_id", ""))
             if not run_id:
                 continue  # not an event lockrun wrote
-            if kind == "end":
+            if kind == "end" and "start_ms" in fields:  # one event per run: complete as it is
+                self._drop_open(run_id)
+                key = id_ms(text_of(fields["start_ms"]) + "-0")
+                if self.since_ms is not None and key < self.since_ms:
+                    continue  # ended in the window, started before it
+                self._open_from(key)
+                self._last_key = self._bounded(key)
+                self._ready.append(Entry(self._last_key, row_from_fields(self.name, fields)))
+            elif kind == "end":
+                self._drop_open(run_id)
                 self._pending_ends.setdefault(run_id, fields)  # reading backwards: the newest end
             elif kind == "start":
+                self._open_from(id_ms(entry_id))
                 self._last_key = self._bounded(id_ms(entry_id))
                 end = self._pending_ends.pop(run_id, None)
                 if end is not None:
@@ -109,18 +126,40 @@ class StreamRows:
         if self.exhausted:
             self._flush_lone_ends()
 
+    def _drop_open(self, run_id: str) -> None:
+        """An end read for a run the ``open`` entries still listed (it ended between the reads)."""
+        self._opens = deque(item for item in self._opens if text_of(item[1].get("run_id", "")) != run_id)
+
+    def _open_from(self, key: int) -> None:
+        """Make ready the runs in progress that started at or after ``key`` (ms)."""
+        while self._opens and id_ms(self._opens[0][0]) >= key:
+            self._ready_open(*self._opens.popleft())
+
+    def _ready_open(self, entry_id: str, fields: dict[str, object]) -> None:
+        if not text_of(fields.get("run_id", "")):
+            return
+        row = row_from_fields(self.name, fields)
+        row["status"] = Status.RUNNING  # for now: Judge decides
+        self._last_key = self._bounded(id_ms(entry_id))
+        self._ready.append(Entry(self._last_key, row, open_at=entry_id))
+
     def _flush_lone_ends(self) -> None:
-        lone = []
+        lone: list[tuple[int, Row, str | None]] = []
         for fields in self._pending_ends.values():
             row = row_from_fields(self.name, fields)
             started = _iso_ms(row["started_at"])
             if self.since_ms is not None and (started is None or started < self.since_ms):
                 continue
-            lone.append((started or 0, row))
-        for started, row in sorted(lone, key=lambda item: -item[0]):
+            lone.append((started or 0, row, None))
+        for entry_id, fields in self._opens:
+            if text_of(fields.get("run_id", "")):
+                row = row_from_fields(self.name, fields)
+                lone.append((id_ms(entry_id), {**row, "status": Status.RUNNING}, entry_id))
+        for started, row, open_at in sorted(lone, key=lambda item: -item[0]):
             self._last_key = self._bounded(started)
-            self._ready.append(Entry(self._last_key, row))
+            self._ready.append(Entry(self._last_key, row, open_at=open_at))
         self._pending_ends.clear()
+        self._opens.clear()
 
     def _bounded(self, key: int) -> int:
         return key if self._last_key is None else min(self._last_key, key)
@@ -176,7 +215,9 @@ def history(
     events each, not a thousand histories.
     """
     names = [name] if name is not None else source.names(("runs",))
+    opens = source.opens(names)  # before the stream: a run that ends meanwhile is then in both
     judge = Judge(source, holders_of)
+    shown: set[tuple[str, str]] = set()  # (name, run id): a run read both in progress and ended
     heap: list[tuple[int, int, Entry, StreamRows]] = []
     order = itertools.count()
     rows: list[Row] = []
@@ -192,7 +233,7 @@ def history(
                     heapq.heappush(heap, (-entry.key, next(order), entry, stream))
             streams = [s for s in streams if s.needs_more]
 
-    advance([StreamRows(n, since_ms) for n in names])
+    advance([StreamRows(n, since_ms, opens.get(n)) for n in names])
     while heap and len(rows) < limit:
         _, _, entry, stream = heapq.heappop(heap)
         following = stream.take()
@@ -202,6 +243,10 @@ def history(
             advance([stream])
         if host is not None and entry.row["host"] != host:
             continue
+        seen = (entry.row["name"], entry.row["run_id"])
+        if seen[1] and seen in shown:
+            continue
+        shown.add(seen)
         row = judge.settle(entry)
         if statuses is None or row["status"] in statuses:
             rows.append(row)
@@ -235,8 +280,13 @@ def find_run(
     tail = text_of(last_fields["output_tail"]) if "output_tail" in last_fields else None
     if tail is not None and text_of(last_fields.get("run_id", "")) != row["run_id"]:
         tail = None
-    listed = [{"event": text_of(_decoded(fields).get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)}
-              for entry_id, fields in events]
+    listed = []
+    for entry_id, fields in events:
+        decoded = _decoded(fields)
+        start_ms = parse_int(decoded.get("start_ms"))
+        if start_ms is not None and start_ms >= 0:  # one event per run: its start is in it
+            listed.append({"event": "start", "id": f"{start_ms}-0", "at_ms": start_ms})
+        listed.append({"event": text_of(decoded.get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)})
     return row, tail, listed
 
 
@@ -257,6 +307,8 @@ def facts(source: Source) -> list[JobFacts]:
     counted = source.counts(names)
     found = []
     for name in names:
+        if name not in lasts and name not in counted:
+            continue  # a registered name whose record holds no outcome (yet, or any more)
         row, success_at = lasts.get(name, (None, None))
         last_fields = fields_from_json(row)
         success = text_of(success_at) if success_at is not None else None

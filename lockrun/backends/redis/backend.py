@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from lockrun.backends.redis.client import REDIS_ERRORS, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
-from lockrun.backends.redis.keys import lock_keys
+from lockrun.backends.redis.keys import lock_keys, registry_key
 from lockrun.backends.redis.replicas import ReplicaWait
 from lockrun.backends.redis.replies import int_or_none, script_int, text
 from lockrun.backends.redis.scripts import acquire_call, clear_foreign_call, preempt_call, release_call, renew_call
@@ -71,13 +71,19 @@ class RedisBackend:
                                           password=password)
         self.replica_wait = ReplicaWait(self.connection, replicas)
 
+    @property
+    def registry_key(self) -> str | None:
+        """The registry of names the scripts keep (README "Redis keys"); None on a Cluster, where
+        one key cannot live in every name's slot."""
+        return None if self.connection.is_cluster else registry_key(self.prefix)
+
     @functools.cached_property
     def inspection(self) -> RedisInspection:
         """Who holds what (redis_inspect.py): imported when first asked (a busy acquire, status,
         unlock), not by an uncontended run."""
         from lockrun.backends.redis.inspect import RedisInspection
 
-        return RedisInspection(self.connection)
+        return RedisInspection(self.connection, self.fleet.keep_ms)
 
     # -- lease operations -----------------------------------------------------------
 
@@ -86,7 +92,8 @@ class RedisBackend:
         slots: int = 1, last_try: bool = True,
     ) -> Lease | Holder | Duplicate:
         keys = lock_keys(self.prefix, name)
-        call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction)
+        call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction,
+                            registry=self.registry_key)
         wanted = self.replica_wait.replicas
         every = self.replica_wait.every
         known = self.replica_wait.known(keys.lock) if every else 0
@@ -175,7 +182,7 @@ class RedisBackend:
     ) -> bool:
         """The release script: compare-and-delete, wake one waiter, mark ``done``, add ``record``."""
         call = release_call(lock_keys(self.prefix, name), token, slotted, self.fleet, done=done, hold_s=hold_s,
-                            hold_until=hold_until, record=record)
+                            hold_until=hold_until, record=record, registry=self.registry_key)
         return script_int(self.connection.eval(call)) == 1
 
     def clear_foreign(self, name: str) -> bool:
@@ -204,7 +211,8 @@ class RedisBackend:
         from lockrun.backends.redis.fleet import RedisFleetRecord
 
         inspection = self.__dict__.get("inspection")  # set once holders were listed (cached_property)
-        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None)
+        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None,
+                                keep_ms=self.fleet.keep_ms)
 
     def lock_names(self) -> list[str]:
         """Names of every held lock, plain or slotted, by SCAN (never KEYS)."""

@@ -1,9 +1,11 @@
 """Reading the fleet record back from Redis (docs/fleet.md "One fleet, one memory").
 
 The record is written by the lock scripts in redis.py (no round trip of its own); this
-module only reads it: the names that have one (SCAN, never KEYS), pages of a name's
-``runs`` stream, its ``last`` and ``counts`` hashes. Every read of many names is
-pipelined in batches. What comes back is raw: lockrun/fleet.py parses it defensively.
+module only reads it: the names (the registry, registry.py; SCAN on a Cluster), pages of a
+name's ``runs`` stream, its runs in progress (``open``), its ``last`` and ``counts`` hashes.
+Every read of many names is pipelined in batches. Entries in the compact layout come back as
+the fields of an older ``end`` event (record_format.py), so that views/fleet.py reads both
+alike; everything else comes back raw, and views/fleet.py parses it defensively.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
 
-from lockrun.backends.redis.keys import SCAN_BATCH, lock_keys, scan_names
+from lockrun.backends.redis.keys import SCAN_BATCH, lock_keys
+from lockrun.backends.redis.record_format import decode_event, decode_open, is_compact, vals_by_number
+from lockrun.backends.redis.registry import NameRegistry
 from lockrun.backends.redis.replies import pairs, text
 from lockrun.backends.values import FleetEvent as Event
-from lockrun.backends.values import PageRequest
+from lockrun.backends.values import FleetRetention, PageRequest
+from lockrun.core.readers import text_of
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -39,9 +44,10 @@ Pipe = TypeVar("Pipe", bound=Batch)
 
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
-# whose run id starts with ARGV[1], and the ``last`` hash if it describes such a run (for its
-# output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
-# each call short, so a long stream never holds up the renewals of every other host.
+# whose run id (``run_id``, or ``r`` in the compact layout) starts with ARGV[1], and the ``last``
+# hash if it describes such a run (for its output tail). Scanning happens in Redis, so only the
+# matches cross the network; pages keep each call short, so a long stream never holds up the
+# renewals of every other host.
 # KEYS: runs, last. ARGV: run id prefix, "+" or "(ID", page size.
 # Returns {entries, last-as-flat-list or {}, ID of the page's oldest entry or "" at the end}.
 FIND_RUN_SCRIPT = """
@@ -53,7 +59,7 @@ end
 for _, entry in ipairs(entries) do
   local fields = entry[2]
   for i = 1, #fields - 1, 2 do
-    if fields[i] == 'run_id' then
+    if fields[i] == 'run_id' or fields[i] == 'r' then
       if string.sub(fields[i + 1], 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
       break
     end
@@ -77,16 +83,50 @@ class RedisFleetRecord:
     """The fleet record of one Redis (plain, Sentinel or Cluster), read through its connection."""
 
     def __init__(self, connection: RedisConnection,
-                 prefetched_lasts: dict[str, tuple[object, object]] | None = None) -> None:
+                 prefetched_lasts: dict[str, tuple[object, object]] | None = None,
+                 keep_ms: int = FleetRetention().keep_ms) -> None:
         self._connection = connection
         self._client = connection.client
         self._prefix = connection.prefix
         # Lasts that the holders' batch reads already brought (redis_inspect.py): not read twice.
         self._prefetched = prefetched_lasts or {}
+        self._registry = NameRegistry(connection, keep_ms)
+        self._vals: dict[str, dict[str, tuple[str, str]]] = {}  # each name's ``vals``, read once
 
     def names(self, kinds: tuple[str, ...] = ("runs", "last", "counts")) -> list[str]:
-        """Every name with a fleet record of these kinds (``runs``, ``last``, ``counts``), by SCAN."""
-        return sorted(self._connection.call(lambda: scan_names(self._client, self._prefix, kinds)))
+        """Every registered name (registry.py); on a Cluster, every name with a fleet record of
+        these kinds (``runs``, ``last``, ``counts``), by SCAN."""
+        return sorted(self._registry.names(kinds))
+
+    def opens(self, names: list[str]) -> dict[str, list[Event]]:
+        """The runs in progress (started, not ended) of each name, as ``start`` events at their
+        server start time, newest first; entries lockrun did not write are left out."""
+        replies = self._pipelined(names, lambda pipe, name: pipe.hgetall(lock_keys(self._prefix, name).open))
+        found: dict[str, list[Event]] = {}
+        for name, reply in zip(names, replies, strict=True):
+            if not isinstance(reply, dict):
+                continue
+            events = [event for run_id, value in reply.items() if (event := decode_open(run_id, value))]
+            if events:
+                found[name] = sorted(events, key=lambda event: -int(event[0].split("-", 1)[0]))
+        return found
+
+    def _decoded(self, name: str, reply: Any) -> list[Event]:
+        """Stream entries as (ID, fields); compact ones as an older end event's fields."""
+        events = _events(reply)
+        if not any(is_compact(fields) for _, fields in events):
+            return events
+        vals = self._vals_of([name])[name]
+        return [(entry_id, decode_event(entry_id, fields, vals) if is_compact(fields) else fields)
+                for entry_id, fields in events]
+
+    def _vals_of(self, names: list[str]) -> dict[str, dict[str, tuple[str, str]]]:
+        unread = [name for name in dict.fromkeys(names) if name not in self._vals]
+        if unread:
+            replies = self._pipelined(unread, lambda pipe, name: pipe.hgetall(lock_keys(self._prefix, name).vals))
+            for name, reply in zip(unread, replies, strict=True):
+                self._vals[name] = vals_by_number(reply if isinstance(reply, dict) else None)
+        return {name: self._vals[name] for name in names}
 
     def _pipe(self) -> AnyPipeline:
         return self._client.pipeline(transaction=False)
@@ -119,14 +159,17 @@ class RedisFleetRecord:
             lambda pipe, r: pipe.xrevrange(lock_keys(self._prefix, r.name).runs, max=r.before, min=r.oldest,
                                            count=r.size),
         )
-        return [_events(reply) for reply in replies]
+        compact = [r.name for r, reply in zip(requests, replies, strict=True)
+                   if any(is_compact(fields) for _, fields in _events(reply))]
+        self._vals_of(compact)  # one pipeline for every name that needs its vals
+        return [self._decoded(r.name, reply) for r, reply in zip(requests, replies, strict=True)]
 
     def after(self, name: str, entry_id: str) -> list[Event]:
         """Every event of ``name`` newer than ``entry_id``, oldest first (a late end event)."""
         reply = self._pipelined(
             [name], lambda pipe, n: pipe.xrange(lock_keys(self._prefix, n).runs, min=f"({entry_id}")
         )[0]
-        return _events(reply)
+        return self._decoded(name, reply)
 
     def lasts(self, names: list[str]) -> dict[str, tuple[object, object]]:
         """``(row as JSON, last_success_at)`` from the ``last`` hash of each name that has one
@@ -157,12 +200,17 @@ class RedisFleetRecord:
             for name, reply in zip(asked, replies, strict=True):
                 if not isinstance(reply, list) or len(reply) != 3:
                     continue  # this name's keys are not what lockrun wrote
-                matched = [(text(entry[0]), pairs(entry[1])) for entry in reply[0] or [] if isinstance(entry, list)]
+                matched = self._decoded(name, [(entry[0], pairs(entry[1])) for entry in reply[0] or []
+                                               if isinstance(entry, list)])
                 if matched:
                     events.setdefault(name, []).extend(matched)
                     lasts[name] = lasts.get(name) or pairs(reply[1])
                 if reply[2]:
                     cursors[name] = f"({text(reply[2])}"
+        for name, opened in self.opens(names).items():  # runs in progress, with a start only
+            matched = [event for event in opened if text_of(event[1].get("run_id", "")).startswith(run_id_prefix)]
+            if matched:
+                events.setdefault(name, []).extend(matched)
         return [(name, events[name], lasts.get(name, {})) for name in names if name in events]
 
     def _find_page(self, pages: list[tuple[LockKeys, str]], run_id_prefix: str) -> list[Any]:

@@ -1,9 +1,10 @@
 """Who holds which lock in Redis, for ``status``, ``unlock`` and a busy acquire.
 
-Names are found by SCAN and read in batches of 1,000: a batch of plain locks by one script call
-(READ_LOCKS_SCRIPT: token, PTTL, info hash and fleet last run of each, as one JSON text), other
-batches by a pipeline of GET, PTTL, HGETALL and slot listing per name, then one HGETALL per live
-slot, so ten thousand locks cost a few round trips. Keys someone else wrote (another type, no
+Names come from the registry (registry.py; SCAN on a Redis Cluster) and are read in batches of
+1,000: by one script call each (READ_LOCKS_SCRIPT: token, PTTL, info hash, fleet last run and live
+slots of each, as one JSON text), or, on a Cluster or where the script cannot serve, by a pipeline
+of GET, PTTL, HGETALL and slot listing per name; then one HGETALL per live slot, so ten thousand
+locks cost a few round trips. Keys someone else wrote (another type, no
 TTL, no description) come back as holders with a ``problem``: one bad key must not hide every
 other lock.
 
@@ -22,9 +23,10 @@ from redis.exceptions import ResponseError
 
 from lockrun.backends.redis.client import RedisConnection
 from lockrun.backends.redis.keys import SCAN_BATCH, LockKeys, lock_keys, scan_names
+from lockrun.backends.redis.registry import NameRegistry
 from lockrun.backends.redis.replies import expiry_s, int_or_none, is_utf8, pairs, text
 from lockrun.backends.redis.scripts import READ_LOCKS_SCRIPT
-from lockrun.backends.values import Holder
+from lockrun.backends.values import FleetRetention, Holder
 from lockrun.core.readers import written_by_others
 
 #: What a key that is not lockrun's own says in ``status`` and on a busy skip.
@@ -59,6 +61,19 @@ def _as_reply(value: Any) -> Any:
     return value
 
 
+def _live_slots(reply: Any) -> Any:
+    """READ_LOCKS_SCRIPT's flat member, score list as the pipeline's ZRANGEBYSCORE WITHSCORES
+    gives it: (member, score) pairs (cjson writes an empty list as {})."""
+    if isinstance(reply, Exception):
+        return reply
+    if not isinstance(reply, list):
+        return []
+    try:
+        return [(reply[i], float(reply[i + 1])) for i in range(0, len(reply) - 1, 2)]
+    except (TypeError, ValueError):
+        return []
+
+
 def _raise_unless_data_errors(replies: list[Any]) -> None:
     """A reply error about one key's data is that key's problem; anything else is the server's."""
     for reply in replies:
@@ -87,8 +102,9 @@ def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = Fal
 class RedisInspection:
     """The read side of the lock keys: names, holders, and what is wrong with a key."""
 
-    def __init__(self, connection: RedisConnection) -> None:
+    def __init__(self, connection: RedisConnection, keep_ms: int = FleetRetention().keep_ms) -> None:
         self._connection = connection
+        self.registry = NameRegistry(connection, keep_ms)
         self._prefix = connection.prefix
         # The fleet ``last`` (row, last_success_at) of each name a batch script read, for the
         # fleet record's ``lasts`` (status shows both): absent from it, a name has no last run.
@@ -130,6 +146,9 @@ class RedisInspection:
         if names is not None:
             wanted = list(names)
             return self._connection.call(lambda: self._holders(wanted, set(wanted)))
+        if not self._connection.is_cluster:  # every registered name; the free ones show nothing
+            every = sorted(self.registry.names(("lock", "slots")))
+            return self._connection.call(lambda: self._holders(every, set(every)))
         # Listing every lock: the SCAN already tells which names have a slots key, so the
         # plain locks (nearly all of them) are read without asking for slots they do not have.
         slotted_names = self._connection.call(
@@ -145,7 +164,7 @@ class RedisInspection:
         found: list[Holder] = []
         for start in range(0, len(names), SCAN_BATCH):
             batch = names[start : start + SCAN_BATCH]
-            read = None if may_have_slots.intersection(batch) else self._read_plain_batch(batch)
+            read = self._read_batch(batch)
             clock: dict[str, datetime | None] = {}  # each name's server TIME, read with its keys
             if read is None:
                 pipe = client.pipeline(transaction=False)
@@ -172,11 +191,12 @@ class RedisInspection:
             at = 0
             per_name: dict[str, list[Any]] = {}
             for name in batch:
-                width = 3 + (name in may_have_slots) + (read is None and cluster)
+                listed_slots = read is not None or name in may_have_slots  # the script lists every name's
+                width = 3 + listed_slots + (read is None and cluster)
                 token, pttl, fields = per_name[name] = replies[at : at + 3]
                 rest = replies[at + 3 : at + width]
                 at += width
-                slots = rest[0] if name in may_have_slots else None
+                slots = rest[0] if listed_slots else None
                 if read is None and cluster:
                     clock[name] = server_time(rest[-1])
                 if isinstance(token, Exception) or int_or_none(pttl) == -1:
@@ -191,15 +211,16 @@ class RedisInspection:
             found += self._slot_holders(slotted, now_ms)
         return found
 
-    def _read_plain_batch(self, batch: list[str]) -> tuple[list[Any], datetime | None] | None:
-        """The replies the pipeline gives for a batch of plain locks (GET, PTTL and HGETALL of
-        each) and the server's TIME, read by READ_LOCKS_SCRIPT in one call, which also reads
-        each name's fleet ``last`` into :attr:`prefetched_lasts`; None where the script cannot
-        serve (a Redis Cluster, a server without it, values that are not UTF-8): the caller
-        pipelines."""
+    def _read_batch(self, batch: list[str]) -> tuple[list[Any], datetime | None] | None:
+        """The replies the pipeline gives for a batch of names (GET, PTTL, HGETALL and the live
+        slots of each) and the server's TIME, read by READ_LOCKS_SCRIPT in one call, which also
+        reads each name's fleet ``last`` into :attr:`prefetched_lasts`; None where the script
+        cannot serve (a Redis Cluster, a server without it, values that are not UTF-8): the
+        caller pipelines."""
         if self._connection.is_cluster:
             return None
-        keys = [key for keys_of in map(self._keys, batch) for key in (keys_of.lock, keys_of.info, keys_of.last)]
+        keys = [key for keys_of in map(self._keys, batch)
+                for key in (keys_of.lock, keys_of.info, keys_of.last, keys_of.slots)]
         try:
             rows, now = json.loads(self._connection.client.eval(READ_LOCKS_SCRIPT, len(keys), *keys))
         except (ResponseError, ValueError, TypeError):  # ValueError: json.loads of text that is not UTF-8
@@ -208,10 +229,10 @@ class RedisInspection:
             return None
         replies: list[Any] = []
         for name, row in zip(batch, rows, strict=True):
-            if not (isinstance(row, list) and len(row) == 5):
+            if not (isinstance(row, list) and len(row) == 6):
                 return None
-            token, pttl, info, last_row, last_success = (_as_reply(value) for value in row)
-            replies += [token, pttl, info]
+            token, pttl, info, last_row, last_success, slots = (_as_reply(value) for value in row)
+            replies += [token, pttl, info, _live_slots(slots)]
             self.prefetched_lasts[name] = (last_row, last_success)
         return replies, server_time(now)
 

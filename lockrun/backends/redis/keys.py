@@ -24,13 +24,16 @@ class LockKeys(NamedTuple):
     runs: str  # the fleet record: start and end events of recent runs (a stream)
     last: str  # the fleet record: the newest finished run (a hash)
     counts: str  # the fleet record: outcomes by status (a hash)
+    open: str  # the fleet record: the runs that started and have not ended yet (a hash by run id)
+    vals: str  # the fleet record: host names and commands stored once, by number (a hash)
     base: str
 
     def done(self, key: str) -> str:
         return f"{self.base}:done:{key}"
 
     def ended(self, run_id: str) -> str:
-        """A short-lived marker: this run's end is recorded (a retried release records it once)."""
+        """The marker an older lockrun wrote for 10 minutes after recording a run's end (no longer
+        written: the ``open`` hash guards a retried release now)."""
         return f"{self.base}:ended:{run_id}"
 
     def slot_info(self, token: str) -> str:
@@ -52,8 +55,19 @@ def lock_keys(prefix: str, name: str) -> LockKeys:
     return LockKeys(
         lock=f"{base}:lock", info=f"{base}:info", fence=f"{base}:fence", wake=f"{base}:wake",
         preempt=f"{base}:preempt", slots=f"{base}:slots", runs=f"{base}:runs", last=f"{base}:last",
-        counts=f"{base}:counts", base=base,
+        counts=f"{base}:counts", open=f"{base}:open", vals=f"{base}:vals", base=base,
     )
+
+
+def registry_key(prefix: str) -> str:
+    """The registry of names (README "Redis keys"): a sorted set of every name lockrun wrote,
+    scored by its last write (ms, server TIME). Not hash-tagged: a single server or Sentinel only."""
+    return f"{prefix}names"
+
+
+#: The registry's member that says a SCAN has filled it with the names an older lockrun wrote
+#: (no lock name holds a brace). Scored +inf, so the pruning of old names never removes it.
+REGISTRY_SEEDED = "{scanned}"
 
 
 def name_in_key(prefix: str, key: str) -> str | None:
@@ -71,6 +85,17 @@ class Scanner(Protocol):
     """The one client call :func:`scan_names` makes (a plain, Sentinel or Cluster client)."""
 
     def scan_iter(self, match: str | None = ..., count: int | None = ...) -> Iterator[bytes | str]: ...
+
+
+def scan_every_name(client: Scanner, prefix: str) -> set[str]:
+    """Every name with any key (one SCAN pass over the keyspace, MATCH ``prefix{*}:*``)."""
+    found: set[str] = set()
+    for key in client.scan_iter(match=_glob_escape(prefix) + "{*}:*", count=SCAN_BATCH):
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        name = name_in_key(prefix, text)
+        if name:
+            found.add(name)
+    return found
 
 
 def scan_names(client: Scanner, prefix: str, kinds: Iterable[str]) -> set[str]:

@@ -6,77 +6,149 @@ script is some of these pieces and its own body, sent as one text and so run ato
 
 from __future__ import annotations
 
+from lockrun.backends.redis.record_format import OPEN_SPARE, VALS_MAX
+
 # The fleet record (docs/fleet.md "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
 # written (a key of the wrong type, no memory) never fails the lock operation around it.
+# Its layout is record_format.py's: one ``runs`` entry per finished run, the same fields every
+# time; host names and commands stored once in ``vals``; the runs in progress in ``open``.
 #
-# record_end(runs, last, counts, ended, a, released): ARGV[a..] = maxlen, keep_ms, status
-# ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once, an
-# unlock: recorded with a start event before its end, and only if the script cleared
-# something), run_id, the row as JSON in three parts (``last`` keeps it so: status reads
-# thousands): its head, then the tail to append when the lock was still the run's and the one
-# when it was not (its note and lock_lost_at_release say so; '': no such variant), the note of
-# each, then the run's other field/value pairs (the stream keeps those, for people reading it
-# with redis-cli). A release that found the lock no longer the run's counts it in ``counts``
-# under record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
-# The ``ended`` marker makes a release that is retried after a lost reply record it once.
-FLEET_LUA = """
+# record_end(runs, last, counts, open, vals, names, a, released): ARGV[a..] = maxlen, keep_ms,
+# status ('' records nothing), output_tail, ended_at, at_once ('1': a row that is over at once,
+# an unlock: recorded only if the script cleared something), run_id, the row as JSON in three
+# parts (``last`` keeps it so: status reads thousands): its head, then the tail to append when
+# the lock was still the run's and the one when it was not (its note and lock_lost_at_release
+# say so; '': no such variant), the note of each, then the entry's field/value pairs
+# (record_format.event_pairs: ``h`` and ``c`` raw, ``n``, ``l`` and ``k`` filled in here). A
+# release that found the lock no longer the run's counts it in ``counts`` under
+# record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
+# A run is recorded once: its ``open`` entry goes in the same step, so a release retried after
+# a lost reply finds none. A run with no ``open`` entry is recorded only if an older lockrun
+# started it (its ``start`` event among the newest entries, and no end of it there).
+# names: the registry (keys.registry_key), or KEYS[1] again where there is none (a Cluster).
+# The acquire scripts take FLEET_START_LUA (record_start, record_count), the release scripts
+# FLEET_END_LUA (record_end): EVAL sends a script's whole text every time.
+FLEET_COMMON_LUA = """
 local function fleet_touch(keep, ...)
   for _, key in ipairs({...}) do redis.pcall('PEXPIRE', key, keep) end
 end
-local function record_end(runs, last, counts, ended, a, released)
+local function fleet_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function register(names, keep, now)
+  if names == KEYS[1] then return end
+  local name = string.match(KEYS[1], '{([^{}]*)}:[^{}]*$')
+  if not name then return end
+  redis.pcall('ZADD', names, now, name)
+  redis.pcall('ZREMRANGEBYSCORE', names, '-inf', '(' .. string.format('%.0f', now - tonumber(keep)))
+  redis.pcall('PEXPIRE', names, keep)
+end
+"""
+FLEET_END_LUA = FLEET_COMMON_LUA + """
+local function fleet_ref(vals, kind, value)
+  if value == '' then return '' end
+  local known = redis.pcall('HGET', vals, kind .. value)
+  if type(known) == 'string' then return known end
+  if type(known) == 'table' then return '=' .. value end
+  local n = redis.pcall('HLEN', vals)
+  if type(n) ~= 'number' or n >= """ + str(VALS_MAX) + """ then return '=' .. value end
+  redis.pcall('HSET', vals, kind .. value, n + 1)
+  return tostring(n + 1)
+end
+local function started_by_older(runs, run_id)
+  local ok, entries = pcall(redis.call, 'XREVRANGE', runs, '+', '-', 'COUNT', 200)
+  if not ok then return false end
+  for _, entry in ipairs(entries) do
+    local f = {}
+    for i = 1, #entry[2] - 1, 2 do f[entry[2][i]] = entry[2][i + 1] end
+    if f['r'] == run_id or (f['run_id'] == run_id and f['event'] == 'end') then return false end
+    if f['run_id'] == run_id and f['event'] == 'start' then return true end
+  end
+  return false
+end
+local function record_end(runs, last, counts, open, vals, names, a, released)
   local status = ARGV[a + 2]
-  if status == '' or (ARGV[a + 5] == '1' and released == 0) then return end
-  local fresh = redis.pcall('SET', ended, '1', 'NX', 'PX', 600000)
-  if type(fresh) ~= 'table' or not fresh.ok then return end
+  local at_once = ARGV[a + 5] == '1'
+  if status == '' or (at_once and released == 0) then return end
+  local run_id = ARGV[a + 6]
+  local opened = redis.pcall('HGET', open, run_id)
+  local start_ms = nil
+  if type(opened) == 'string' then
+    redis.pcall('HDEL', open, run_id)
+    start_ms = tonumber(string.match(opened, '^(%d+) '))
+  elseif not at_once and not started_by_older(runs, run_id) then
+    return
+  end
+  local now = fleet_now()
   local maxlen, keep = ARGV[a], ARGV[a + 1]
   local decided = ARGV[a + 9] ~= ''
   local lost = decided and released == 0
-  local fields = {}
-  for i = a + 12, #ARGV do fields[#fields + 1] = ARGV[i] end
   local note = ARGV[a + 10]
   if lost then note = ARGV[a + 11] end
-  if note ~= '' then
-    fields[#fields + 1] = 'note'
-    fields[#fields + 1] = note
-  end
-  if decided then
-    fields[#fields + 1] = 'lock_lost_at_release'
-    fields[#fields + 1] = lost and '1' or '0'
+  local fields = {}
+  for i = a + 12, #ARGV - 1, 2 do
+    local field, value = ARGV[i], ARGV[i + 1]
+    if field == 'h' or field == 'c' then value = fleet_ref(vals, field, value)
+    elseif field == 'n' then value = note
+    elseif field == 'l' then value = decided and (lost and '1' or '0') or ''
+    elseif field == 'k' then  -- an unlock starts and ends at once; an older lockrun's start: ''
+      if at_once then value = '0' else value = start_ms and string.format('%.0f', math.max(0, now - start_ms)) or '' end
+    end
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
   end
   local row = ARGV[a + 7] .. ARGV[a + 8]
   if lost then row = ARGV[a + 7] .. ARGV[a + 9] end
-  if ARGV[a + 5] == '1' then
-    redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
-  end
-  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'end', unpack(fields))
-  if ARGV[a + 5] ~= '1' then  -- an unlock is not a run: the last run stays the last run
+  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+  redis.pcall('XTRIM', runs, 'MINID', '~', string.format('%.0f', now - tonumber(keep)))
+  if not at_once then  -- an unlock is not a run: the last run stays the last run
     local success = redis.pcall('HGET', last, 'last_success_at')
     if status == 'succeeded' then success = ARGV[a + 4] end
     redis.pcall('DEL', last)
-    redis.pcall('HSET', last, 'run_id', ARGV[a + 6], 'row', row)
+    redis.pcall('HSET', last, 'run_id', run_id, 'row', row)
     if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
     if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
   end
   redis.pcall('HINCRBY', counts, status, 1)
   if lost then redis.pcall('HINCRBY', counts, 'flag:lock_lost_at_release', 1) end
-  fleet_touch(keep, runs, last, counts)
+  fleet_touch(keep, runs, last, counts, vals, open)
+  register(names, keep, now)
 end
-local function record_start(runs, maxlen, keep, fence, first)
-  local shared = {run_id = true, host = true, pid = true, command = true, started_at = true, ttl_ms = true}
-  local fields = {'fencing_token', fence}
-  for i = first, #ARGV - 1, 2 do
-    if shared[ARGV[i]] then
-      fields[#fields + 1] = ARGV[i]
-      fields[#fields + 1] = ARGV[i + 1]
-    end
+"""
+FLEET_START_LUA = FLEET_COMMON_LUA + """
+local function prune_open(open, cap)
+  local n = redis.pcall('HLEN', open)
+  if type(n) ~= 'number' or n <= cap then return end
+  local flat = redis.call('HGETALL', open)
+  local entries = {}
+  for i = 1, #flat, 2 do
+    entries[#entries + 1] = {tonumber(string.match(flat[i + 1], '^(%d+) ') or '0') or 0, flat[i]}
   end
-  redis.pcall('XADD', runs, 'MAXLEN', '~', maxlen, '*', 'event', 'start', unpack(fields))
-  fleet_touch(keep, runs)
+  table.sort(entries, function(x, y) return x[1] < y[1] end)
+  for i = 1, n - cap do redis.call('HDEL', open, entries[i][2]) end
 end
-local function record_count(counts, keep, status)
+local function record_start(open, names, keep, fence, first, now, slots)
+  local shared = {host = true, pid = true, command = true, started_at = true, ttl_ms = true}
+  local info, run_id = {}, nil
+  for i = first, #ARGV - 1, 2 do
+    if ARGV[i] == 'run_id' then run_id = ARGV[i + 1]
+    elseif shared[ARGV[i]] then info[ARGV[i]] = ARGV[i + 1] end
+  end
+  if run_id then
+    local start = string.format('%.0f %.0f ', now, fence)
+    if next(info) == nil then start = start .. '{}' else start = start .. cjson.encode(info) end
+    redis.pcall('HSET', open, run_id, start)
+    prune_open(open, """ + str(OPEN_SPARE) + """ + slots)
+  end
+  fleet_touch(keep, open)
+  register(names, keep, now)
+end
+local function record_count(counts, names, keep, status)
   redis.pcall('HINCRBY', counts, status, 1)
   fleet_touch(keep, counts)
+  register(names, keep, fleet_now())
 end
 """
 

@@ -11,14 +11,23 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from lockrun.backends.redis.keys import LockKeys
-from lockrun.backends.redis.lua_parts import ACQUIRE_CHECKS_LUA, FLEET_LUA, HEARTBEAT_LUA, RELEASE_LUA, WAKE_LUA
+from lockrun.backends.redis.lua_parts import (
+    ACQUIRE_CHECKS_LUA,
+    FLEET_END_LUA,
+    FLEET_START_LUA,
+    HEARTBEAT_LUA,
+    RELEASE_LUA,
+    WAKE_LUA,
+)
+from lockrun.backends.redis.record_format import event_pairs
 from lockrun.backends.values import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
-from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts, tail_for_fleet
+from lockrun.core.record import row_json_parts, tail_for_fleet
 
 # Take the lock, advance the fence and describe the holder, all or nothing; record the start
 # (or count a busy or duplicate outcome) in the fleet record.
-# KEYS: lock, info, fence, preempt, slots, runs, counts[, done[, once_tz]]. ARGV: token, ttl_ms,
+# KEYS: lock, info, fence, preempt, slots, runs, counts, open, names (the registry, or the lock
+# key again: none), then [done[, once_tz]]. ARGV: token, ttl_ms,
 # last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms,
 # allow_eviction ('1': run on an evicting server all the same), zone (of a time-derived --once
 # key, with once_tz), remember_ms, then info field/value pairs (the start event takes the ones
@@ -26,7 +35,7 @@ from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts
 # Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
 # dropped, and so are wake-ups left in the wake list, KEYS[1]'s sibling ``...:wake``; evicting:
 # the policy of a server that may evict and was allowed to, '?' when it could not tell, else '');
-# {2} when the --once key (KEYS[8]) is already done, in which case the lock is given straight
+# {2} when the --once key (KEYS[10]) is already done, in which case the lock is given straight
 # back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory, why} when the
 # server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the name's --once
 # periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
@@ -34,7 +43,7 @@ from lockrun.core.record import RELEASE_DECIDES, fields_from_row, row_json_parts
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
 # INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
@@ -42,15 +51,15 @@ if refusal then return refusal end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
 end
-local conflict = zone_conflict(KEYS[9], ARGV[7])
+local conflict = zone_conflict(KEYS[11], ARGV[7])
 if conflict then return refused_zone(conflict) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
+  if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
     redis.call('DEL', KEYS[1])
-    record_count(KEYS[7], ARGV[5], 'duplicate')
+    record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate')
     return {2}
   end
-  keep_zone(KEYS[9], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
+  keep_zone(KEYS[11], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
   local now = redis.call('TIME')
   local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('SET', KEYS[3], string.format('%.0f', fence))
@@ -60,11 +69,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
   heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  record_start(KEYS[6], ARGV[4], ARGV[5], fence, 9)
+  record_start(KEYS[8], KEYS[9], ARGV[5], fence, 9, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
   return {1, fence, evicting_policy(evicts)}
 end
 if ARGV[3] == '1' then
-  record_count(KEYS[7], ARGV[5], 'busy')
+  record_count(KEYS[7], KEYS[9], ARGV[5], 'busy')
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
@@ -92,14 +101,16 @@ return 0
 # its TTL becomes the remainder, nobody is woken) or delete it and wake one waiter (BLPOP); mark
 # the --once key done (if given) and keep the name's zone as long; then record the run's end in
 # the fleet record, whether the token was still ours or not (a lost lease ended a run too).
-# KEYS: lock, info, wake, runs, last, counts, ended[, done[, once_tz]]. ARGV: token,
+# KEYS: lock, info, wake, runs, last, counts, open, vals, names (or the lock key again), then
+# [done[, once_tz]]. ARGV: token,
 # wake_ttl_ms, hold_ms, cooling_until, remember_ms, done_value, zone, then the record (see
-# FLEET_LUA) from ARGV[8]. Returns 1 released (or cooling), 0 not ours (expired, evicted,
+# FLEET_END_LUA) from ARGV[8]. Returns 1 released (or cooling), 0 not ours (expired, evicted,
 # stolen, cleared). A done mark does not depend on the token: the command did succeed, even if
 # its lease was lost under --on-lost continue. The lock goes first: a write that may not grow
 # memory (DEL, PEXPIRE), so that a full noeviction server, which refuses a script whose first
 # write would need memory, still lets the release mark the key done.
-RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
+RELEASE_SCRIPT = FLEET_END_LUA + RELEASE_LUA + """
+redis.replicate_commands()
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   released = 1
@@ -112,9 +123,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     wake(KEYS[3], ARGV[2])
   end
 end
-mark_done(KEYS[8], ARGV[6], ARGV[5])
-keep_zone_for(KEYS[9], ARGV[7], ARGV[5])
-record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], 8, released)
+mark_done(KEYS[10], ARGV[6], ARGV[5])
+keep_zone_for(KEYS[11], ARGV[7], ARGV[5])
+record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], 8, released)
 return released
 """
 
@@ -130,14 +141,14 @@ return 0
 
 # --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
 # Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
-# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts[,
-# done[, once_tz]]. ARGV: token, ttl_ms, n, last_try, maxlen, keep_ms, allow_eviction, zone,
-# remember_ms, then info field/value pairs.
+# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts, open,
+# names (or the slots key again), then [done[, once_tz]]. ARGV: token, ttl_ms, n, last_try,
+# maxlen, keep_ms, allow_eviction, zone, remember_ms, then info field/value pairs.
 # Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
 # another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
@@ -150,24 +161,24 @@ local stored = redis.call('GET', KEYS[2])
 if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
   return {-1, tonumber(stored)}
 end
-local conflict = zone_conflict(KEYS[9], ARGV[8])
+local conflict = zone_conflict(KEYS[11], ARGV[8])
 if conflict then return refused_zone(conflict) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= n then
   if ARGV[4] == '1' then
-    record_count(KEYS[7], ARGV[6], 'busy')
+    record_count(KEYS[7], KEYS[9], ARGV[6], 'busy')
   end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
   return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
 end
-if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
-  record_count(KEYS[7], ARGV[6], 'duplicate')
+if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
+  record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate')
   return {2}
 end
-keep_zone(KEYS[9], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
+keep_zone(KEYS[11], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('SET', KEYS[2], n)
 local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
@@ -179,7 +190,7 @@ redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
 heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
-record_start(KEYS[6], ARGV[5], ARGV[6], fence, 10)
+record_start(KEYS[8], KEYS[9], ARGV[6], fence, 10, now, n)
 return {1, fence, evicting_policy(evicts)}
 """
 
@@ -207,12 +218,13 @@ return 1
 # Give a slot back (release, or unlock of exactly that token) and wake one waiter; mark the
 # --once key done and keep the name's zone as long; record the run's end in the fleet record
 # (also when the slot was no longer ours).
-# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, ended[, done[, once_tz]].
-# ARGV: token, wake_ttl_ms, remember_ms, done_value, zone, then the record (see FLEET_LUA) from
+# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, open, vals, names (or the
+# slots key again), then [done[, once_tz]].
+# ARGV: token, wake_ttl_ms, remember_ms, done_value, zone, then the record (see FLEET_END_LUA) from
 # ARGV[6]. Returns 1 if the slot was ours, 0 if not: swept by another acquire, cleared, or
 # expired (by Redis' clock) even if nobody swept it yet, as a plain lock's key would have.
 # The slot goes first, as in RELEASE_SCRIPT (ZREM may not grow memory).
-SLOTS_RELEASE_SCRIPT = FLEET_LUA + RELEASE_LUA + """
+SLOTS_RELEASE_SCRIPT = FLEET_END_LUA + RELEASE_LUA + """
 redis.replicate_commands()
 local released = 0
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -225,9 +237,9 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   end
   wake(KEYS[4], ARGV[2])
 end
-mark_done(KEYS[9], ARGV[4], ARGV[3])
-keep_zone_for(KEYS[10], ARGV[5], ARGV[3])
-record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], 6, released)
+mark_done(KEYS[11], ARGV[4], ARGV[3])
+keep_zone_for(KEYS[12], ARGV[5], ARGV[3])
+record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], 6, released)
 return released
 """
 
@@ -281,9 +293,10 @@ def ms(seconds: float) -> int:
 
 def acquire_call(
     keys: LockKeys, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int,
-    last_try: bool, retention: FleetRetention, allow_eviction: bool = False,
+    last_try: bool, retention: FleetRetention, allow_eviction: bool = False, registry: str | None = None,
 ) -> ScriptCall:
-    """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1."""
+    """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1; ``registry``: the key of
+    the registry of names (None on a Cluster: there is none)."""
     pairs: list[Arg] = [item for field in info.items() for item in field]
     done = [keys.done(once.key)] if once else []
     zoned = [keys.once_tz] if once and once.zone else []
@@ -292,10 +305,11 @@ def acquire_call(
                          ms(once.remember_s) if once else 0]
     if slots > 1:
         slot_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
-                     keys.counts, *done, *zoned]
+                     keys.counts, keys.open, registry or keys.slots, *done, *zoned]
         return ScriptCall(SLOTS_ACQUIRE_SCRIPT, slot_keys,
                           [token, ms(ttl), slots, int(last_try), *kept, *checks, *pairs])
-    plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, *done, *zoned]
+    plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, keys.open,
+                  registry or keys.lock, *done, *zoned]
     return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks, *pairs])
 
 
@@ -311,7 +325,7 @@ def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int |
 
 def release_call(
     keys: LockKeys, token: str, slotted: bool, retention: FleetRetention, done: OnceKey | None = None,
-    hold_s: float = 0.0, hold_until: str = "", record: FleetRecord | None = None,
+    hold_s: float = 0.0, hold_until: str = "", record: FleetRecord | None = None, registry: str | None = None,
 ) -> ScriptCall:
     """RELEASE_SCRIPT, or SLOTS_RELEASE_SCRIPT for a slot: compare-and-delete, wake one waiter,
     mark ``done`` (and keep its zone as long), add ``record`` to the fleet record."""
@@ -321,17 +335,19 @@ def release_call(
     done_args: list[Arg] = [ms(done.remember_s), utc_now_iso(), done.zone or ""] if done else [0, "", ""]
     fleet_keys, fleet_args = _record_args(keys, record, retention)
     if slotted:
-        script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys, *done_key]
+        script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys,
+                       registry or keys.slots, *done_key]
         return ScriptCall(SLOTS_RELEASE_SCRIPT, script_keys, [token, WAKE_TTL_MS, *done_args, *fleet_args])
-    script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, *done_key]
+    script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, registry or keys.lock, *done_key]
     args: list[Arg] = [token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
     return ScriptCall(RELEASE_SCRIPT, script_keys, args)
 
 
 def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRetention) -> tuple[list[str], list[Arg]]:
-    """The fleet-record KEYS and ARGV of a release or clear script (FLEET_LUA's record_end)."""
+    """The fleet-record KEYS (without the registry) and ARGV of a release or clear script
+    (FLEET_END_LUA's record_end)."""
     run_id = record.row.get("run_id") if record else None
-    fleet_keys = [keys.runs, keys.last, keys.counts, keys.ended(run_id or "-")]
+    fleet_keys = [keys.runs, keys.last, keys.counts, keys.open, keys.vals]
     if record is None or not run_id:
         return fleet_keys, [0, 0, "", "", "", 0, "", "", "", "", "", ""]
     head, tail = row_json_parts(record.row)
@@ -342,7 +358,7 @@ def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRet
     args: list[Arg] = [
         retention.max_events, retention.keep_ms, record.row["status"], tail_for_fleet(record.output_tail),
         record.row.get("ended_at") or "", int(record.at_once), run_id, head, tail, lost_tail,
-        record.row.get("note") or "", lost_note, *fields_from_row(record.row, leave_out=RELEASE_DECIDES),
+        record.row.get("note") or "", lost_note, *event_pairs(record.row),
     ]
     return fleet_keys, args
 
@@ -356,17 +372,20 @@ def clear_foreign_call(keys: LockKeys) -> ScriptCall:
     return ScriptCall(CLEAR_FOREIGN_SCRIPT, script_keys, [WAKE_TTL_MS])
 
 
-# ``status`` over many plain locks: one call per batch reads each lock's token, PTTL, info hash
-# and fleet ``last`` (row, last_success_at), and returns the whole batch as one JSON text. Ten
-# thousand locks are then ten replies that json.loads reads in C, instead of forty thousand that
-# redis-py parses one by one in Python (bench/NOTES.md, "Status with last runs"). A key of the
-# wrong type reads as {"err": ...} (lock, info) or as no last run. KEYS: lock, info, last of each
-# name. Not for a Redis Cluster (the names' keys live in different slots); a value that is not
-# UTF-8 makes json.loads fail, and the caller then reads that batch the ordinary way. Returns
-# {rows, TIME}: the server's clock at the read, which the heartbeats' ages are measured against.
+# ``status`` over many locks: one call per batch reads each lock's token, PTTL, info hash, fleet
+# ``last`` (row, last_success_at) and live --slots holders, and returns the whole batch as one
+# JSON text. Ten thousand locks are then ten replies that json.loads reads in C, instead of forty
+# thousand that redis-py parses one by one in Python (bench/NOTES.md, "Status with last runs"). A
+# key of the wrong type reads as {"err": ...} (lock, info, slots) or as no last run. KEYS: lock,
+# info, last, slots of each name. Not for a Redis Cluster (the names' keys live in different
+# slots); a value that is not UTF-8 makes json.loads fail, and the caller then reads that batch
+# the ordinary way. Returns {rows, TIME}: the server's clock at the read, which the heartbeats'
+# ages are measured against; each row's slots are a flat member, score list of the unexpired ones.
 READ_LOCKS_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
-for i = 1, #KEYS, 3 do
+for i = 1, #KEYS, 4 do
   local token = redis.pcall('GET', KEYS[i])
   if type(token) == 'table' and token.err then token = {err = token.err} end
   local flat = redis.pcall('HGETALL', KEYS[i + 1])
@@ -379,7 +398,9 @@ for i = 1, #KEYS, 3 do
   end
   local last = redis.pcall('HMGET', KEYS[i + 2], 'row', 'last_success_at')
   if last.err then last = {false, false} end
-  out[#out + 1] = {token, redis.call('PTTL', KEYS[i]), info, last[1], last[2]}
+  local slots = redis.pcall('ZRANGEBYSCORE', KEYS[i + 3], string.format('%.0f', now + 1), '+inf', 'WITHSCORES')
+  if slots.err then slots = {err = slots.err} end
+  out[#out + 1] = {token, redis.call('PTTL', KEYS[i]), info, last[1], last[2], slots}
 end
-return cjson.encode({out, redis.call('TIME')})
+return cjson.encode({out, t})
 """

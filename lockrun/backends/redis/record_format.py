@@ -1,0 +1,168 @@
+"""The compact fleet record's layout (README "One fleet, one memory", "what the fleet record costs").
+
+One ``runs`` stream entry per finished run, with the same fields in the same order every time, so
+that Redis stores the field names once per stream node and only the values per run. Times are
+whole microseconds (Redis keeps numbers of up to 64 bits as integers, not text); the host name
+and the command are numbers into the name's ``vals`` hash (stored once, at most VALS_MAX of
+them; a value past that is stored in the event itself, after a ``=``). Entries an older lockrun
+wrote (a ``start`` and an ``end`` event per run, every field spelt out) are read as they were.
+
+Encoding is done here before the release script runs; the script fills in what only it knows
+(the note and ``lock_lost_at_release``, the host and command numbers, the start's server time).
+Decoding is defensive: whoever wrote an entry, it reads back as string fields that
+``core.record.row_from_fields`` parses as it parses any other record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from lockrun.core.clock import ISO_FORMAT
+from lockrun.core.readers import parse_int, text_of
+from lockrun.core.record import Row
+
+#: The fields of an entry, in the order they are written: (field, the row's field it holds).
+#: ``t`` started_at in µs since 1970, ``e`` ended_at in µs after ``t``, ``d``/``w`` duration_s and
+#: waited_s in µs; ``h``/``c`` host and command (a number into ``vals`` or ``=`` and the value);
+#: ``k`` the ms between the run's start and this entry, both on the server's clock.
+EVENT_FIELDS = (
+    ("r", "run_id"), ("s", "status"), ("x", "exit_code"), ("g", "signal"), ("h", "host"), ("p", "pid"),
+    ("c", "command"), ("t", "started_at"), ("e", "ended_at"), ("d", "duration_s"), ("f", "fencing_token"),
+    ("o", "once_key"), ("E", "error"), ("n", "note"), ("X", "exit_status"), ("w", "waited_s"),
+    ("l", "lock_lost_at_release"), ("k", None),
+)
+#: How many distinct host names and commands one name's ``vals`` hash holds (then: inline).
+VALS_MAX = 64
+#: Open runs (started, not ended) one name's ``open`` hash keeps beyond its ``--slots`` N: the
+#: oldest past that are dropped (runs whose lockrun died without giving the lock back).
+OPEN_SPARE = 16
+_US = 1_000_000
+
+
+def _us_of_iso(text: str) -> int | None:
+    try:
+        moment = datetime.strptime(text, ISO_FORMAT).replace(tzinfo=timezone.utc)
+    except (TypeError, ValueError):
+        return None
+    us = int(moment.timestamp()) * _US + moment.microsecond
+    return us if _iso_of_us(us) == text else None
+
+
+def _iso_of_us(us: int) -> str | None:
+    try:
+        return datetime.fromtimestamp(us // _US, timezone.utc).replace(microsecond=us % _US).strftime(ISO_FORMAT)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _seconds_us(value: Any) -> str:
+    try:
+        return str(round(float(value) * _US))
+    except (TypeError, ValueError, OverflowError):
+        return ""
+
+
+def event_pairs(row: Row) -> list[str]:
+    """The entry's field/value pairs for one finished row; ``h`` and ``c`` carry the raw host and
+    command JSON (the script swaps them for numbers), ``n``, ``l`` and ``k`` are the script's."""
+    started = row.get("started_at")
+    started_us = _us_of_iso(started) if isinstance(started, str) else None
+    flat: list[str] = []
+    for field, source in EVENT_FIELDS:
+        value = row.get(source) if source else None
+        if source == "started_at":
+            text = str(started_us) if started_us is not None else ("=" + started if isinstance(started, str) else "")
+        elif source == "ended_at":
+            ended_us = _us_of_iso(value) if isinstance(value, str) else None
+            if ended_us is not None and started_us is not None:
+                text = str(ended_us - started_us)
+            else:
+                text = "=" + value if isinstance(value, str) else ""
+        elif source in ("duration_s", "waited_s"):
+            text = _seconds_us(value) if value is not None else ""
+        elif source == "command":
+            text = json.dumps(list(value)) if value is not None else ""
+        elif value is None:
+            text = ""
+        else:
+            text = str(value)
+        flat += [field, text]
+    return flat
+
+
+def is_compact(fields: Mapping[Any, object]) -> bool:
+    """Whether a stream entry is in this layout (an older lockrun's have an ``event`` field)."""
+    keys = {text_of(key) for key in fields}
+    return "r" in keys and "event" not in keys
+
+
+def vals_by_number(flat: Mapping[Any, object] | None) -> dict[str, tuple[str, str]]:
+    """The ``vals`` hash (``h``/``c`` + value -> number) as number -> (kind, value)."""
+    found: dict[str, tuple[str, str]] = {}
+    for key, number in (flat or {}).items():
+        text = text_of(key)
+        if len(text) >= 1 and text[0] in "hc":
+            found[text_of(number)] = (text[0], text[1:])
+    return found
+
+
+def _ref(value: str, kind: str, vals: dict[str, tuple[str, str]]) -> str | None:
+    if value.startswith("="):
+        return value[1:]
+    known = vals.get(value)
+    return known[1] if known and known[0] == kind else None
+
+
+def decode_event(entry_id: str, fields: Mapping[Any, object], vals: dict[str, tuple[str, str]]) -> dict[object, object]:
+    """A compact entry as the fields of an older ``end`` event (plus ``start_ms``, the start's
+    server time, when the entry knows it): what the readers of the record already parse."""
+    raw = {text_of(key): text_of(value) for key, value in fields.items()}
+    out: dict[object, object] = {"event": "end"}
+    started_us = parse_int(raw.get("t", ""))
+    for field, source in EVENT_FIELDS:
+        value = raw.get(field, "")
+        if source is None or value == "":
+            continue
+        if source in ("host", "command"):
+            resolved = _ref(value, source[0], vals)
+            if resolved is not None:
+                out[source] = resolved
+        elif source == "started_at":
+            out[source] = value[1:] if value.startswith("=") else (_iso_of_us(started_us) if started_us else None)
+        elif source == "ended_at":
+            offset = parse_int(value)
+            if value.startswith("="):
+                out[source] = value[1:]
+            elif offset is not None and started_us is not None:
+                out[source] = _iso_of_us(started_us + offset)
+        elif source in ("duration_s", "waited_s"):
+            us = parse_int(value)
+            if us is not None:
+                out[source] = repr(us / _US)
+        else:
+            out[source] = value
+    head = entry_id.split("-", 1)[0]
+    before = parse_int(raw.get("k", ""))
+    if head.isdigit() and before is not None and before >= 0:
+        out["start_ms"] = str(int(head) - before)
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def decode_open(run_id: object, value: object) -> tuple[str, dict[object, object]] | None:
+    """An ``open`` hash entry (``START_MS FENCE {info JSON}``) as (a stream-like ID at its start,
+    the fields of an older ``start`` event); None when it is not one lockrun wrote."""
+    parts = text_of(value).split(" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    try:
+        info = json.loads(parts[2])
+    except (ValueError, RecursionError):
+        info = None
+    if not isinstance(info, dict):
+        return None
+    fields: dict[object, object] = {k: v for k, v in info.items() if isinstance(k, str) and isinstance(v, str)}
+    fields.update(event="start", run_id=text_of(run_id), fencing_token=parts[1])
+    return f"{parts[0]}-0", fields
