@@ -34,7 +34,7 @@ def test_a_command_that_is_not_utf8_runs_with_its_own_bytes(any_env, tmp_path):
     assert (tmp_path / "out").read_bytes() == b"job\xff a\xfeb"  # the command saw its own bytes
     (row,) = history(any_env, "odd")
     assert (row["status"], row["exit_status"], row["command"]) == ("succeeded", 0, ["job\\xff", "a\\xfeb"])
-    assert "job\\xff a\\xfeb" in run_lockrun(any_env, "history", "odd").stdout
+    assert "'job\\xff' 'a\\xfeb'" in run_lockrun(any_env, "history", "odd").stdout  # shell-quoted, escaped
     shown = run_lockrun(any_env, "show", row["run_id"], "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["command"] == ["job\\xff", "a\\xfeb"]
     if "LOCKRUN_REDIS_URL" in any_env:  # the fleet record too
