@@ -225,11 +225,33 @@ class RedisConnection:
             return [(f"{self.redacted} (node {text(node)})", info) for node, info in sorted(replies.items())]
         return [(self.redacted, replies)]
 
+    def _cut_off_for_want_of_a_password(self, exc: Exception) -> bool:
+        """Whether a connection the server cut was an unauthenticated one it would not serve.
+
+        Redis 7 closes an unauthenticated connection that sends a long command (our scripts are
+        long); when it closes before redis-py reads its error line, all that is left is a broken
+        pipe. Only then, and only without a password, one PING on a new connection asks why: a
+        failure costs a round trip, a run never does.
+        """
+        if self._password or not isinstance(exc, redis.exceptions.ConnectionError):
+            return False
+        reason = str(exc)
+        if not any(cut in reason for cut in ("Broken pipe", "Connection reset", "Connection closed", "Error 32",
+                                             "Error 104")):
+            return False
+        try:
+            self.client.ping()
+        except REDIS_ERRORS as probe:
+            text = str(probe)
+            return "NOAUTH" in text or "Authentication required" in text or "unauthenticated" in text
+        return False
+
     def unavailable(self, exc: Exception, key: str | None = None) -> BackendUnavailable:
         reason = str(exc) or type(exc).__name__
         if self._password:
             reason = reason.replace(self._password, "***")
-        if "unauthenticated" in reason or "NOAUTH" in reason or "Authentication required" in reason:
+        if ("unauthenticated" in reason or "NOAUTH" in reason or "Authentication required" in reason
+                or self._cut_off_for_want_of_a_password(exc)):
             # Redis 7 answers an unauthenticated client's long command with a protocol error.
             return BackendUnavailable(
                 f"Redis at {self.redacted} requires a password and none was given: put it in the URL"
