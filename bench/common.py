@@ -66,6 +66,18 @@ class RedisServer:
         self.stop()
 
 
+def versions(argv: list[str], env: dict) -> dict[str, tuple[list[str], dict]]:
+    """How to start lockrun: this version alone, or with --baseline SRC (another version's
+    ``lockrun`` package), both as `python -P -m lockrun` on PYTHONPATH, as startup.py does (an
+    entry-point script names one version's module layout)."""
+    if "--baseline" not in argv:
+        return {"this version": ([LOCKRUN], env)}
+    source = os.path.abspath(argv[argv.index("--baseline") + 1])
+    module = [sys.executable, "-P", "-m", "lockrun"]
+    return {"baseline": (module, {**env, "PYTHONPATH": source}),
+            "this version": (module, {**env, "PYTHONPATH": str(ROOT)})}
+
+
 def bench_env(state_dir: str | Path, redis_url: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure lockrun as installed: with cached bytecode

@@ -10,12 +10,12 @@ time (same host, same clock). It includes the waiter's wake-up, its acquire
 round trip, lockrun's hand-over of the prepared process to exec, and the exec
 of `date`. Targets: p50 <= 5 ms, p99 <= 25 ms. (Polling lock libraries hand
 over in 50-100 ms on average: they sleep between attempts.) With --baseline SRC (another
-version's ``lockrun`` package, as in startup.py) its rounds alternate with this version's.
+version's ``lockrun`` package, as in startup.py) its rounds alternate with this version's, both
+run as `python -P -m lockrun`.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -23,17 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import LOCKRUN, RedisServer, bench_env, machine, percentile, table, write_json
+from common import RedisServer, bench_env, machine, percentile, table, versions, write_json
 
 from lockrun.backends.redis.backend import RedisBackend, lock_keys
 from lockrun.backends.values import Lease
 
 
-def one_round(server: RedisServer, env: dict, waiters: int) -> float:
+def one_round(server: RedisServer, lockrun: list[str], env: dict, waiters: int) -> float:
     client = server.client()
     keys = lock_keys("lockrun:", "ho")
     client.set(keys.lock, "bench-holder", px=60000)
-    procs = [subprocess.Popen([LOCKRUN, "-n", "ho", "-w", "120", "--", "date", "+%s.%N"], env=env,
+    procs = [subprocess.Popen([*lockrun, "-n", "ho", "-w", "120", "--", "date", "+%s.%N"], env=env,
                               stdout=subprocess.PIPE, text=True) for _ in range(waiters)]
     deadline = time.monotonic() + 60
     while int(client.info("clients")["blocked_clients"]) < waiters:
@@ -57,14 +57,11 @@ def main(argv: list[str]) -> dict:
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 50
     waiters = int(argv[argv.index("--waiters") + 1]) if "--waiters" in argv else 4
     with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
-        envs = {"this version": bench_env(Path(tmp), server.url)}
-        if "--baseline" in argv:
-            source = os.path.abspath(argv[argv.index("--baseline") + 1])
-            envs["baseline"] = {**bench_env(Path(tmp) / "base", server.url), "PYTHONPATH": source}
-        samples: dict[str, list[float]] = {name: [] for name in envs}
+        cases = versions(argv, bench_env(Path(tmp), server.url))
+        samples: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(rounds):
-            for name, env in envs.items():
-                samples[name].append(one_round(server, env, waiters))
+            for name, (lockrun, env) in cases.items():
+                samples[name].append(one_round(server, lockrun, env, waiters))
         version = server.version()
     results = {name: summary(values) for name, values in samples.items()}
     rows = [[name, r["samples"], *(f"{r[k]:.2f}" for k in ("p50_ms", "p99_ms", "mean_ms", "max_ms"))]

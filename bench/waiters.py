@@ -22,7 +22,8 @@ pages that no process outside the job maps (a page two of the job's processes sh
 pre-forked launcher shares lockrun's heap, is private to neither: USS leaves it out, "own"
 counts it once; from /proc/PID/pagemap and /proc/kpagecount, root only). With --baseline
 SRC (another version's ``lockrun`` package, as in startup.py) the same queue runs with it
-first, on the same interpreter and server. Targets: <= 3 commands per waiter per hand-over,
+first, on the same interpreter and server, both as `python -P -m lockrun`. Each version's own
+state directory: the second also starts from an empty ledger. Targets: <= 3 commands per waiter per hand-over,
 one connection per waiter, USS of a waiting job <= 6 MB.
 """
 
@@ -37,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
+from common import RedisServer, bench_env, machine, table, versions, write_json
 
 from lockrun.backends.redis.backend import RedisBackend, lock_keys
 from lockrun.backends.values import Lease
@@ -127,14 +128,14 @@ def minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
-def queue(server: RedisServer, env: dict, waiters: int, idle: float, sampled: int) -> dict:
+def queue(server: RedisServer, lockrun: list[str], env: dict, waiters: int, idle: float, sampled: int) -> dict:
     client = server.client()
     keys = lock_keys("lockrun:", "q")
     client.delete(keys.wake)
     client.set(keys.lock, "bench-holder", px=120000)
     client.config_resetstat()
     started = time.monotonic()
-    procs = [subprocess.Popen([LOCKRUN, "-n", "q", "-w", "300", "--", "true"], env=env) for _ in range(waiters)]
+    procs = [subprocess.Popen([*lockrun, "-n", "q", "-w", "300", "--", "true"], env=env) for _ in range(waiters)]
     deadline = time.monotonic() + 120
     while int(client.info("clients")["blocked_clients"]) < waiters:
         if time.monotonic() > deadline:
@@ -182,13 +183,13 @@ def main(argv: list[str]) -> dict:
     sampled = min(waiters, 10)
     results: dict[str, dict] = {}
     with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
-        versions = {"this version": bench_env(Path(tmp) / "state", server.url)}
-        if "--baseline" in argv:
-            source = os.path.abspath(argv[argv.index("--baseline") + 1])
-            versions = {"baseline": {**bench_env(Path(tmp) / "base-state", server.url), "PYTHONPATH": source},
-                        **versions}
-        for name, env in versions.items():
-            results[name] = queue(server, env, waiters, idle, sampled)
+        for name, (lockrun, env) in versions(argv, bench_env(Path(tmp) / "state", server.url)).items():
+            state = Path(tmp) / name.replace(" ", "-")  # each version its own ledger, from empty
+            state.mkdir()
+            left = server.client().keys("lockrun:{q}:*")  # and a clean name in Redis
+            if left:
+                server.client().delete(*left)
+            results[name] = queue(server, lockrun, {**env, "LOCKRUN_STATE_DIR": str(state)}, waiters, idle, sampled)
         version = server.version()
     rows = []
     for name, r in results.items():
