@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lockrun.backends.values import ALL_REPLICAS
+from lockrun.core.clock import exact_duration
 from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL
 from lockrun.core.errors import UsageError
 from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
@@ -66,10 +67,7 @@ def seconds_range(minimum: float = 0.0, allow_zero: bool = False, maximum: float
 
 def span_text(seconds: float) -> str:
     """A limit in its largest whole unit: ``365d``, ``5m``, ``90s``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+    return exact_duration(seconds)
 
 
 def parse_time_span(

@@ -87,14 +87,9 @@ class LocalBackend:
             if still_cooling is not None:
                 os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
                 return still_cooling
-            try:
-                self._agree_on_zone(name, once, ttl)
-            except BaseException:
-                os.close(fd)
-                raise
-            if once is not None and self.records.is_done(name, once.key):
-                os.close(fd)
-                return Duplicate(name=name, key=once.key)
+            duplicate = self._once_checks(fd, name, once, ttl)
+            if duplicate is not None:
+                return duplicate
             with contextlib.suppress(FileNotFoundError):
                 self.files.preempt_path(name).unlink()  # a request meant for the previous holder
             fence = stored_fence(previous) + 1
@@ -130,14 +125,9 @@ class LocalBackend:
             if not same_file(fd, path):
                 os.close(fd)
                 continue
-            try:
-                self._agree_on_zone(name, once, ttl)
-            except BaseException:
-                os.close(fd)
-                raise
-            if once is not None and self.records.is_done(name, once.key):
-                os.close(fd)
-                return Duplicate(name=name, key=once.key)
+            duplicate = self._once_checks(fd, name, once, ttl)
+            if duplicate is not None:
+                return duplicate
             try:
                 write_atomically(self.files.slots_meta_path(name), str(slots).encode(), in_state_dir=True)
                 fence = self.records.next_fence(name)
@@ -153,6 +143,19 @@ class LocalBackend:
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
                          slots=slots)
         return busy or Holder(name=name, slotted=True)
+
+    def _once_checks(self, fd: int, name: str, once: OnceKey | None, ttl: float) -> Duplicate | None:
+        """Under the lock just taken: the name's zone (a mismatch raises) and the --once key's mark
+        (done: a Duplicate). Either ends the acquire, and then the lock file ``fd`` is closed."""
+        try:
+            self._agree_on_zone(name, once, ttl)
+        except BaseException:
+            os.close(fd)
+            raise
+        if once is not None and self.records.is_done(name, once.key):
+            os.close(fd)
+            return Duplicate(name=name, key=once.key)
+        return None
 
     def _agree_on_zone(self, name: str, once: OnceKey | None, ttl: float) -> None:
         """docs/guarantees.md "One zone per name": a time-derived --once key computed in another zone than the
