@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from lockrun.backends.redis.record_format import decode_event, is_compact
+
 _ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _LINE = re.compile(r"^\+?(\d+\.\d+) \[(\d+) ([^\]]*)\] (.*)$")
 
@@ -215,7 +217,8 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 pending = None
                 if verb in ("EVAL", "EVALSHA") and len(args) > 1 and "return released" in args[1]:
                     # A release script reached the server: its ARGV carries the run's fleet row.
-                    run_id = _after(args, "run_id")
+                    # (the compact record's row opens with its run id as field "r"; an older one's says run_id)
+                    run_id = _after(args, "run_id") or _after(args, "r")
                     if run_id:
                         out.releases.setdefault(run_id, []).append(epoch)
                 # Anything else a client does to a lock key (the injector's steals) ends the lease.
@@ -230,6 +233,8 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 fields = args[args.index("*") + 1:]
                 # field/value pairs as MONITOR printed them; a dangling field is no pair
                 pairs = dict(zip(fields[0::2], fields[1::2], strict=False))
+                if is_compact(pairs):  # one entry per finished run: read as the end event it stands for
+                    pairs = {str(k): str(v) for k, v in decode_event("0-0", pairs, {}).items()}
                 out.fleet_events.append(FleetEvent(epoch, lock_name(key, prefix, "runs"), pairs.get("event", ""),
                                                    pairs))
                 continue

@@ -24,8 +24,10 @@ from lockrun.backends.redis.record_format import OPEN_SPARE, VALS_MAX
 # release that found the lock no longer the run's counts it in ``counts`` under
 # record.LOST_AT_RELEASE_COUNT (not a status: readers of statuses skip it).
 # A run is recorded once: its ``open`` entry goes in the same step, so a release retried after
-# a lost reply finds none. A run with no ``open`` entry is recorded only if an older lockrun
-# started it (its ``start`` event among the newest entries, and no end of it there).
+# a lost reply finds none, and then finds its own entry among the newest: nothing twice. A run
+# with no ``open`` entry and no entry of its own among the newest 200 is recorded all the same:
+# an older lockrun started it, or its ``open`` entry went with the server's data (a restart
+# without persistence, a failover that lost it) while the run held on.
 # names: the registry (keys.registry_key), or KEYS[1] again where there is none (a Cluster).
 # The acquire scripts take FLEET_START_LUA (record_start, record_count), the release scripts
 # FLEET_END_LUA (record_end): EVAL sends a script's whole text every time.
@@ -57,16 +59,15 @@ local function fleet_ref(vals, kind, value)
   redis.pcall('HSET', vals, kind .. value, n + 1)
   return tostring(n + 1)
 end
-local function started_by_older(runs, run_id)
+local function not_recorded_yet(runs, run_id)
   local ok, entries = pcall(redis.call, 'XREVRANGE', runs, '+', '-', 'COUNT', 200)
-  if not ok then return false end
+  if not ok then return true end
   for _, entry in ipairs(entries) do
     local f = {}
     for i = 1, #entry[2] - 1, 2 do f[entry[2][i]] = entry[2][i + 1] end
     if f['r'] == run_id or (f['run_id'] == run_id and f['event'] == 'end') then return false end
-    if f['run_id'] == run_id and f['event'] == 'start' then return true end
   end
-  return false
+  return true
 end
 local function record_end(runs, last, counts, open, vals, names, a, released)
   local status = ARGV[a + 2]
@@ -78,7 +79,7 @@ local function record_end(runs, last, counts, open, vals, names, a, released)
   if type(opened) == 'string' then
     redis.pcall('HDEL', open, run_id)
     start_ms = tonumber(string.match(opened, '^(%d+) '))
-  elseif not at_once and not started_by_older(runs, run_id) then
+  elseif not at_once and not not_recorded_yet(runs, run_id) then
     return
   end
   local now = fleet_now()
