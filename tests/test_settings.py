@@ -137,8 +137,9 @@ def test_fleet_retention_from_the_config_file(tmp_path, monkeypatch):
     resolved = settings.resolve(config=str(config))
     assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (5, 7)
     config.write_text("")
+    # The defaults, chosen for a Redis shared with other work (docs/fleet.md).
     resolved = settings.resolve(config=str(config))
-    assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (300, 30)  # the defaults for a Redis shared with other work (docs/fleet.md)
+    assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (300, 30)
 
 
 def test_missing_explicit_config(tmp_path):
