@@ -36,7 +36,9 @@ FILL_MB, HEADROOM_MB = 3, 1
 
 class EvictionSoak(Soak):
     FAULT_WEIGHTS = {"evict": 1.0}
-    FAULT_GAP = (0.5, 2.0)
+    # Quiet time between the evicting windows (each lasts the longest TTL and more), long enough
+    # for runs to start and finish in it: the soak must see runs succeed as well as refused.
+    FAULT_GAP = (1.5, 3.0)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
