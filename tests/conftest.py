@@ -365,3 +365,12 @@ def user(tmp_path):
 
     yield User()
     shutil.rmtree(top, ignore_errors=True)
+
+
+def assert_one_line(result, code: int, *needles: str) -> None:
+    """A refusal as lockrun words every one: exit ``code``, one line on stderr, no traceback."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OTHER_UID, TEST_UID, isolated_env, lockrun_argv, run_lockrun, wait_until
+from tests.conftest import OTHER_UID, TEST_UID, assert_one_line, isolated_env, lockrun_argv, run_lockrun, wait_until
 from tests.test_descendants import Escapee, cgroup_available, gone
-from tests.test_paths import assert_one_line
 
 
 def spawn_in_own_group(env: dict, *args: str) -> subprocess.Popen:

@@ -21,17 +21,19 @@ from pathlib import Path
 import pytest
 
 from lockrun.system.host import hostname
-from tests.conftest import RedisServer, history, isolated_env, pid_alive, run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import (
+    RedisServer,
+    assert_one_line,
+    history,
+    isolated_env,
+    pid_alive,
+    run_lockrun,
+    spawn_lockrun,
+    wait_until,
+)
 
 OTHER_UID = 12345  # nobody on the machine: "a file owned by another user"
 
-
-def assert_one_line(result, code: int, *needles: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
-    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 def status_json(env, *names) -> dict:

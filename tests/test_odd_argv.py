@@ -8,18 +8,11 @@ import json
 import os
 import sys
 
-from tests.conftest import history, run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import assert_one_line, history, run_lockrun, spawn_lockrun, wait_until
 
 BAD = os.fsdecode(b"\xff")  # what Python makes of the byte 0xff in an argv; passed back, it is the byte again
 ALSO_BAD = os.fsdecode(b"a\xfeb")
 
-
-def assert_one_line(result, code: int, *needles: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
-    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 def test_a_command_that_is_not_utf8_runs_with_its_own_bytes(any_env, tmp_path):

@@ -17,16 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OTHER_UID, run_lockrun, wait_until
-
-
-def assert_one_line(result, code: int, *needles: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
-    assert result.stderr.startswith("lockrun: ") and result.stderr.count("\n") == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
-
+from tests.conftest import OTHER_UID, assert_one_line, run_lockrun, wait_until
 
 # --- every directory above the state directory ---------------------------------------------------
 
