@@ -85,12 +85,20 @@ DRIVER = textwrap.dedent('''
     # per name at the default retention
     backend = RedisBackend(url, "lockrun:", 5.0)
     runs(backend, "job", DEFAULT_FLEET_KEEP_RUNS * 3 // 2)
+    # and the busy skips it keeps in time (the newest few; a version without them counts only)
+    held = backend.acquire("job", "holder", 120.0, {"host": host})
+    for i in range(50):
+        assert not isinstance(backend.acquire("job", uuid.uuid4().hex, 120.0,
+                                              {"host": host, "run_id": uuid.uuid4().hex}), Lease)
+    skips_bytes = client.memory_usage("lockrun:{job}:skips", samples=0) or 0
+    backend.release(held)
     per_name, markers, marker_count = usage("lockrun:{job}:*")
     shared = sum(client.memory_usage(key, samples=0) or 0 for key in client.scan_iter(match="lockrun:names*"))
     backend.close()
     print(json.dumps({"per_run": per_run, "per_name": per_name, "keep_runs": DEFAULT_FLEET_KEEP_RUNS,
                       "stream_entries": client.xlen("lockrun:{job}:runs"), "ended_markers": marker_count,
-                      "ended_bytes": markers, "registry_bytes": shared}))
+                      "ended_bytes": markers, "registry_bytes": shared,
+                      "skips_bytes": skips_bytes}))
 ''')
 
 
@@ -116,9 +124,10 @@ def main(argv: list[str]) -> dict:
     for label, r in results.items():
         rows.append([label, f"{r['per_run']:.0f}", r["keep_runs"], r["stream_entries"],
                      f"{r['per_name'] / 1024:.1f}", f"{r['per_name'] * 10_000 / 1e6:.0f}",
-                     f"{r['ended_markers']} ({r['ended_bytes'] / 1024:.0f} KiB)"])
+                     f"{r['ended_markers']} ({r['ended_bytes'] / 1024:.0f} KiB)", r.get("skips_bytes", 0)])
     print(table(["version", "bytes/run", "default keep_runs", "entries kept", "KiB/name at default",
-                 "MB for 10,000 names", "ended:RUN_ID markers left"], rows))
+                 "MB for 10,000 names", "ended:RUN_ID markers left",
+                 "skips list after 50 busy skips (bytes)"], rows))
     mine = results["this version"]
     met = mine["per_run"] <= BYTES_PER_RUN and mine["per_name"] <= BYTES_PER_NAME
     print(f"\nfleet record: {mine['per_run']:.0f} bytes/run (<= {BYTES_PER_RUN}), "

@@ -19,11 +19,12 @@ import itertools
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import NamedTuple
 
 from lockrun.backends.protocol import FleetSource
 from lockrun.backends.values import FleetEvent, Holder, PageRequest
-from lockrun.core.clock import parse_iso
+from lockrun.core.clock import ISO_FORMAT, parse_iso
 from lockrun.core.errors import FleetReadError
 from lockrun.core.readers import parse_int, text_of
 from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, row_from_fields
@@ -195,6 +196,28 @@ class Judge:
             if text_of(fields.get("event", "")) == "end" and text_of(fields.get("run_id", "")) == run_id:
                 return row_from_fields(name, fields)
         return {**entry.row, "status": Status.RUNNING if run_id in self._holding[name] else Status.ABANDONED}
+
+
+#: What a ``skips`` entry says: the server's ms, the status, the host (maybe empty).
+_SKIP_ENTRY = re.compile(r"(\d{1,15}) ([a-z_]{1,32}) ?(.{0,255})", re.DOTALL)
+#: The statuses a ``skips`` list may hold (others, written by no lockrun, are left out).
+SKIP_STATUSES = frozenset({Status.BUSY.value, Status.DUPLICATE.value})
+
+
+def skip_rows(source: Source, names: list[str], since_ms: int = 0) -> list[Row]:
+    """The busy and duplicate skips the fleet record placed in time (each name's newest few:
+    record_format.SKIPS_KEPT), as rows that start and end at once; entries lockrun did not
+    write are left out. Older skips are only counted (``counts``)."""
+    rows: list[Row] = []
+    for name, entries in source.skips(names).items():
+        for entry in entries:
+            match = _SKIP_ENTRY.fullmatch(text_of(entry))
+            if match is None or match[2] not in SKIP_STATUSES or int(match[1]) < since_ms:
+                continue
+            at = datetime.fromtimestamp(int(match[1]) / 1000, timezone.utc).strftime(ISO_FORMAT)
+            rows.append({"name": name, "host": match[3] or None, "status": match[2], "started_at": at,
+                         "ended_at": at, "duration_s": 0.0, "run_id": None})
+    return rows
 
 
 def history(

@@ -87,7 +87,7 @@ def fleet_rows_in(resolved: settings.Settings, window: tl.Window, names: list[st
         every_name: list[str | None] = [None]
         for name in names or every_name:
             rows += fleet.history(record, backend.holders, name, limit=defaults.MAX_HISTORY_LIMIT, since_ms=since_ms)
-        return rows
+        return rows + fleet.skip_rows(record, names or record.names(), since_ms)
 
     return read_fleet(resolved, read)
 

@@ -188,6 +188,11 @@ class RedisFleetRecord:
         replies = self._pipelined(names, lambda pipe, name: pipe.hgetall(lock_keys(self._prefix, name).counts))
         return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, dict) and reply}
 
+    def skips(self, names: list[str]) -> dict[str, list[object]]:
+        """The ``skips`` list of each name that has one, raw, newest first (views/fleet.py reads it)."""
+        replies = self._pipelined(names, lambda pipe, name: pipe.lrange(lock_keys(self._prefix, name).skips, 0, -1))
+        return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, list) and reply}
+
     def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict[object, object]]]:
         """(name, matching events newest first, ``last`` if it is that run) for each name with a match."""
         events: dict[str, list[Event]] = {}

@@ -44,6 +44,12 @@ class LockKeys(NamedTuple):
         return f"{self.slots}:n"
 
     @property
+    def skips(self) -> str:
+        """The fleet record: the newest busy and duplicate skips, each with its time and host (a list;
+        docs/fleet.md "One fleet, one memory"). The acquire scripts derive it from ``counts``."""
+        return f"{self.base}:skips"
+
+    @property
     def once_tz(self) -> str:
         """The time zone the name's --once periods are computed in (docs/guarantees.md "One zone per name")."""
         return f"{self.base}:once_tz"

@@ -6,7 +6,7 @@ script is some of these pieces and its own body, sent as one text and so run ato
 
 from __future__ import annotations
 
-from lockrun.backends.redis.record_format import OPEN_SPARE, VALS_MAX
+from lockrun.backends.redis.record_format import OPEN_SPARE, SKIPS_KEPT, VALS_MAX
 
 # The fleet record (docs/fleet.md "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
@@ -146,10 +146,22 @@ local function record_start(open, names, keep, fence, first, now, slots)
   fleet_touch(keep, open)
   register(names, keep, now)
 end
-local function record_count(counts, names, keep, status)
+local function info_value(first, field)
+  for i = first, #ARGV - 1, 2 do
+    if ARGV[i] == field then return ARGV[i + 1] end
+  end
+  return nil
+end
+local function record_count(counts, names, keep, status, host)
   redis.pcall('HINCRBY', counts, status, 1)
-  fleet_touch(keep, counts)
-  register(names, keep, fleet_now())
+  local now = fleet_now()
+  -- the skip's time and host, so that timeline --fleet can place it: the newest SKIPS_KEPT only
+  -- (the same script's keys share the name's slot: ...:counts and ...:skips)
+  local skips = string.sub(counts, 1, -8) .. ':skips'
+  redis.pcall('LPUSH', skips, string.format('%.0f', now) .. ' ' .. status .. ' ' .. (host or ''))
+  redis.pcall('LTRIM', skips, 0, """ + str(SKIPS_KEPT - 1) + """)
+  fleet_touch(keep, counts, skips)
+  register(names, keep, now)
 end
 """
 

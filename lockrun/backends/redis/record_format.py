@@ -36,6 +36,9 @@ EVENT_FIELDS = (
 )
 #: How many distinct host names and commands one name's ``vals`` hash holds (then: inline).
 VALS_MAX = 64
+#: Busy and duplicate skips one name's ``skips`` list keeps, newest first, for timeline --fleet
+#: (each ~20 bytes plus the host name; older ones are only counted, in ``counts``).
+SKIPS_KEPT = 32
 #: Open runs (started, not ended) one name's ``open`` hash keeps beyond its ``--slots`` N: the
 #: oldest past that are dropped (runs whose lockrun died without giving the lock back).
 OPEN_SPARE = 16

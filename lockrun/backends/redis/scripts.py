@@ -56,7 +56,7 @@ if conflict then return refused_zone(conflict) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
     redis.call('DEL', KEYS[1])
-    record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate')
+    record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(9, 'host'))
     return {2}
   end
   keep_zone(KEYS[11], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
@@ -73,7 +73,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, fence, evicting_policy(evicts)}
 end
 if ARGV[3] == '1' then
-  record_count(KEYS[7], KEYS[9], ARGV[5], 'busy')
+  record_count(KEYS[7], KEYS[9], ARGV[5], 'busy', info_value(9, 'host'))
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
@@ -168,14 +168,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= n then
   if ARGV[4] == '1' then
-    record_count(KEYS[7], KEYS[9], ARGV[6], 'busy')
+    record_count(KEYS[7], KEYS[9], ARGV[6], 'busy', info_value(10, 'host'))
   end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
   return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
 end
 if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
-  record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate')
+  record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate', info_value(10, 'host'))
   return {2}
 end
 keep_zone(KEYS[11], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
