@@ -8,7 +8,16 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from lockrun.backends.values import Duplicate, FleetEvent, FleetRecord, Holder, Lease, OnceKey, PageRequest
+from lockrun.backends.values import (
+    Duplicate,
+    FleetEvent,
+    FleetRecord,
+    Holder,
+    Lease,
+    OnceKey,
+    PageRequest,
+    TooSoon,
+)
 
 
 class FleetSource(Protocol):
@@ -32,8 +41,8 @@ class Backend(Protocol):
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1, last_try: bool = True,
-    ) -> Lease | Holder | Duplicate:
+        slots: int = 1, last_try: bool = True, once_every: float | None = None,
+    ) -> Lease | Holder | Duplicate | TooSoon:
         """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
 
         One round trip. Raises SlotsMismatch when the name is in use with another N, and

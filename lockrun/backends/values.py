@@ -62,6 +62,16 @@ class Duplicate(NamedTuple):
     key: str
 
 
+class TooSoon(NamedTuple):
+    """``--once-every``: the name's last success started less than that long ago, so nothing is to
+    run; the lock was given back (docs/reference.md "Usage": --once-every). Times are epoch
+    seconds, by the Redis server's clock (this host's with the local backend)."""
+
+    name: str
+    success_at: float  # when the last success started
+    now: float  # when the acquire judged it
+
+
 class FleetRecord(NamedTuple):
     """A finished run for the fleet record (docs/fleet.md "One fleet, one memory"), written by the same
     script that releases (or clears) the lock. The local backend has no fleet record: its

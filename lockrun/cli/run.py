@@ -53,6 +53,10 @@ from lockrun.core.errors import UsageError
               help="Run at most once per hour, day, ISO week or month (in --tz): --once with the period's start "
                    "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
                    "Not with --once.")
+@click.option("--once-every", type=seconds_type(minimum=1), metavar="DURATION",
+              help=f"Run only if the name's last success started at least DURATION ({values.seconds_range(1)}: 20h, "
+                   "7d) ago, on any host (the Redis server's clock; the local backend: this host's); else skip, "
+                   "exit 0, status duplicate. With a frequent schedule it catches up what a down host missed.")
 @click.option("--remember", type=DURATION, default=defaults.DEFAULT_REMEMBER, show_default=True,
               help=f"How long a succeeded --once key is kept (30d, 12h; at most {defaults.MAX_DURATION_TEXT}).")
 @click.option("--slots", type=click.IntRange(1, defaults.MAX_SLOTS), metavar="N", default=1, show_default=True,

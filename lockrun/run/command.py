@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from lockrun.config import settings, values
 from lockrun.config.once import expand_once_key, once_key_for_period
 from lockrun.core import zones
+from lockrun.core.clock import exact_duration
 from lockrun.core.errors import BackendUnavailable, ConfigError, Report, UsageError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class RunFlags(NamedTuple):
     tz: Zone | None
     allow_eviction: bool
     keep_detached: bool
+    once_every: float | None = None
     tz_source: str = "--tz"  # or LOCKRUN_TZ: where --tz's zone came from, for the mismatch line
 
 
@@ -61,6 +63,9 @@ def check_combinations(flags: RunFlags) -> None:
         # would all find the period's work not done yet, and all do it.
         raise UsageError(f"--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
                          " run the same key's work at the same time")
+    if slots > 1 and flags.once_every is not None:
+        raise UsageError(f"--slots {slots} cannot be combined with --once-every: {slots} holders could all find"
+                         " the last success old enough, and all run")
     if flags.once is not None and flags.once_per is not None:
         raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                          " start as the key; pick one")
@@ -84,6 +89,11 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
     if once_per is not None:
         once_key = once_key_for_period(once_per, zone=zone)
     replicas = replicas_for(resolved, flags.replicas)
+    if flags.once_every is not None and resolved.redis_url and flags.once_every > resolved.fleet_keep_days * 86400:
+        # The fleet record forgets a name that long after its last finished run: --once-every would run early.
+        raise UsageError(f"--once-every {exact_duration(flags.once_every)} is longer than the fleet record keeps a"
+                         f" name's last success (fleet_keep_days = {resolved.fleet_keep_days}): raise"
+                         " fleet_keep_days in the config file, or shorten --once-every")
     if not resolved.redis_url:
         refuse_a_lock_held_in_the_old_place(resolved, name, flags.slots)
     options = RunOptions(
@@ -109,6 +119,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
         once_zone=zone,
         keep_detached=flags.keep_detached,
+        once_every=flags.once_every,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from lockrun.backends.protocol import Backend
-from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.defaults import DEFAULT_KILL_AFTER, MAX_BLOCK_S, WAKE_MARGIN_S
 from lockrun.core.errors import BackendUnavailable, NothingTaken, Report, WaitInterrupted
@@ -55,12 +55,14 @@ class LeaseClient:
         report: Report,
         slots: int = 1,
         once: OnceKey | None = None,
+        once_every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         # clock and sleep are parameters so that the unit tests can drive the waiting on a fake clock.
         self.backend, self.report, self.clock, self.sleep = backend, report, clock, sleep
         self.name, self.ttl, self.slots, self.once = name, ttl, slots, once  # what each try asks for
+        self.once_every = once_every
         self.run_id, self.argv = run_id, argv  # what the holder record says of this run
         self.token = os.urandom(16).hex()  # from the kernel CSPRNG
 
@@ -93,7 +95,7 @@ class LeaseClient:
         interrupted: Callable[[], bool] = lambda: False,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         get_ready: Callable[[], None] = lambda: None,
-    ) -> Lease | Holder | Duplicate:
+    ) -> Lease | Holder | Duplicate | TooSoon:
         """The lease, the holder that kept us out until ``wait`` ran out (or ``interrupted``),
         or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
         ``interruptible`` is entered around each blocking wait (it raises WaitInterrupted on a
@@ -107,7 +109,7 @@ class LeaseClient:
             last_try = deadline_known and self.clock() >= give_up_at
             try:
                 result = self.backend.acquire(self.name, self.token, self.ttl, self.holder_info(), self.once,
-                                              self.slots, last_try=last_try)
+                                              self.slots, last_try=last_try, once_every=self.once_every)
             except NothingTaken:
                 raise  # the server answered and took nothing (an evicting or full Redis): nothing to give back
             except BackendUnavailable:

@@ -12,15 +12,16 @@ The busy message is here too: it is what a busy outcome says, on the terminal an
 from __future__ import annotations
 
 import signal
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, NamedTuple
 
-from lockrun.core.clock import age_s, human_duration, reading_clock
+from lockrun.core.clock import age_s, exact_duration, human_duration, reading_clock
 from lockrun.core.defaults import DEFAULT_KILL_AFTER
 from lockrun.core.errors import ExitCode
 from lockrun.core.record import Status
 
 if TYPE_CHECKING:
-    from lockrun.backends.values import Holder
+    from lockrun.backends.values import Holder, TooSoon
     from lockrun.run.supervisor import ChildExit
 
 
@@ -122,3 +123,15 @@ def busy_message(holder: Holder, backend: str | None = None) -> str:
         f"{who}, lease expires in {human_duration(holder.ttl_remaining_s)};"
         f" if that holder crashed: lockrun unlock {holder.name}"
     )
+
+
+SECONDS_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a note's times: to the second, as people read them
+
+
+def too_soon_note(got: TooSoon, once_every: float) -> str:
+    """The ledger note of a --once-every skip: the last success, and when the name is next due
+    (both by the clock that judged it: the Redis server's, or this host's)."""
+    started = datetime.fromtimestamp(got.success_at, timezone.utc).strftime(SECONDS_FORMAT)
+    due = datetime.fromtimestamp(got.success_at + once_every, timezone.utc).strftime(SECONDS_FORMAT)
+    age = human_duration(max(0.0, got.now - got.success_at))
+    return f"--once-every {exact_duration(once_every)}: the last success started {started} ({age} ago); next due {due}"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from lockrun.backends.connect import call_timeout_for
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
-from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.core.clock import iso_ago, utc_now_iso
 from lockrun.core.defaults import DEFAULT_BUSY_EXIT, DEFAULT_KILL_AFTER, DEFAULT_REMEMBER_S
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
@@ -42,7 +42,7 @@ from lockrun.run.journal import RunJournal
 from lockrun.run.keeper import Keeper, backstop_for
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
-from lockrun.run.outcome import Outcome, busy_message, command_outcome
+from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
 from lockrun.run.watch import watch
 
@@ -90,6 +90,7 @@ class RunOptions(NamedTuple):
     call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
     once_zone: Zone | None = None  # the zone of a time-derived --once key (docs/guarantees.md "One zone per name")
     keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
+    once_every: float | None = None  # run only if the name's last success started at least this long ago
 
 
 class Run:
@@ -197,6 +198,7 @@ class Run:
             slots=opts.slots,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
                          zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
+            once_every=opts.once_every,
         )
         got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,
                                    interrupted=lambda: bool(supervisor.signals.received),
@@ -213,6 +215,10 @@ class Run:
             return outcome
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
+            self.report("info", f"{opts.name!r}: {note}; skipped")
+            return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
+        if isinstance(got, TooSoon):
+            note = too_soon_note(got, opts.once_every or 0.0)
             self.report("info", f"{opts.name!r}: {note}; skipped")
             return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
         if isinstance(got, Holder):

@@ -161,8 +161,9 @@ class FakeBackend(Backend):
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1, last_try: bool = True,
+        slots: int = 1, last_try: bool = True, once_every: float | None = None,
     ) -> Lease | Holder | Duplicate:
+        # once_every is judged by the real backends (tests/test_once_every.py), never here.
         sent_at = self._call("acquire", last_try)
         if once is not None and self.once_done.get(once.key, -1.0) > self.clock.now:
             return self._reply(Duplicate(name, once.key))

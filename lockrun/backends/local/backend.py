@@ -27,9 +27,27 @@ from pathlib import Path
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
-from lockrun.backends.local.records import Description, LockRecords, cooling, stored_fence
+from lockrun.backends.local.records import (
+    SUCCESS_FIELD,
+    Description,
+    LockRecords,
+    cooling,
+    last_success_at,
+    stored_fence,
+)
 from lockrun.backends.local.waiting import MAX_WATCHED, KernelWaits
-from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
+from lockrun.backends.values import (
+    LOST,
+    PREEMPTED,
+    RENEWED,
+    Duplicate,
+    FleetRecord,
+    Holder,
+    Lease,
+    OnceKey,
+    TooSoon,
+)
+from lockrun.core.clock import parse_iso
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
 from lockrun.core.zones import MAX_ZONE_NAME
@@ -60,8 +78,8 @@ class LocalBackend:
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1, last_try: bool = True,
-    ) -> Lease | Holder | Duplicate:
+        slots: int = 1, last_try: bool = True, once_every: float | None = None,
+    ) -> Lease | Holder | Duplicate | TooSoon:
         self.files.ready()
         self._slots_of_name[name] = slots
         if slots > 1:
@@ -90,11 +108,17 @@ class LocalBackend:
             duplicate = self._once_checks(fd, name, once, ttl)
             if duplicate is not None:
                 return duplicate
+            success_at = last_success_at(previous)
+            if once_every and success_at is not None and time.time() - success_at < once_every:
+                os.close(fd)  # judged under the lock: no other run of the name is between the two
+                return TooSoon(name=name, success_at=success_at, now=time.time())
             with contextlib.suppress(FileNotFoundError):
                 self.files.preempt_path(name).unlink()  # a request meant for the previous holder
             fence = stored_fence(previous) + 1
             # No cooling_until: a fresh description. The name, for status when the file name is a hash.
             record: Description = {**info, "name": name, "fencing_token": fence}
+            if success_at is not None:  # --once-every's memory goes on from description to description
+                record[SUCCESS_FIELD] = success_at
             try:
                 self.records.write(name, record, durable=True)  # after a crash the fence must not go back
             except OSError as exc:
@@ -187,7 +211,20 @@ class LocalBackend:
             self.records.mark_done(lease.name, lease.once)  # before the lock goes: no rerun can slip in between
             if lease.once.zone:
                 self.records.keep_zone(lease.name, lease.once)
+        if succeeded and lease.slots == 1:
+            self._note_success(lease)
         return self._let_go(lease.name, lease.token, hold_s, hold_until)
+
+    def _note_success(self, lease: Lease) -> None:
+        """For --once-every: when this success started, in the lock's description, before the lock
+        goes (the ledger's row is completed after the release: a run in between would not see it)."""
+        described = self.records.read(lease.name)
+        if described.get("token") != lease.token:
+            return  # no longer ours (unlock --force): its description is another run's
+        started = parse_iso(described.get("started_at"))
+        described[SUCCESS_FIELD] = started.timestamp() if started else time.time()
+        with contextlib.suppress(OSError):  # the lock still holds; --once-every then runs once more
+            self.records.write(lease.name, described, durable=True)
 
     def release_token(self, name: str, token: str, slots: int = 1) -> bool:
         # The slot, if any, is known by the token: ``slots`` is for a backend that must name it.

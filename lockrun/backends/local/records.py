@@ -57,6 +57,17 @@ def stored_fence(record: Description) -> int:
     return fence if isinstance(fence, int) and not isinstance(fence, bool) and 0 <= fence < 1 << 62 else 0
 
 
+#: The lock description's field that holds when the name's last success started (epoch seconds):
+#: --once-every's memory, carried from each description to the next (backend.py).
+SUCCESS_FIELD = "last_success_epoch"
+
+
+def last_success_at(record: Description) -> float | None:
+    """When the name's last success started, or None when the description carries no finite
+    number there (read back defensively: any JSON may be in the file)."""
+    return finite(record.get(SUCCESS_FIELD))
+
+
 def cooling(name: str, info: Description) -> Holder | None:
     """The finished holder whose --min-hold still runs, or None."""
     left = (finite(info.get("cooling_until_epoch")) or 0.0) - time.time()

@@ -37,6 +37,7 @@ from lockrun.backends.values import (
     Holder,
     Lease,
     OnceKey,
+    TooSoon,
 )
 from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
@@ -89,11 +90,11 @@ class RedisBackend:
 
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
-        slots: int = 1, last_try: bool = True,
-    ) -> Lease | Holder | Duplicate:
+        slots: int = 1, last_try: bool = True, once_every: float | None = None,
+    ) -> Lease | Holder | Duplicate | TooSoon:
         keys = lock_keys(self.prefix, name)
         call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction,
-                            registry=self.registry_key)
+                            registry=self.registry_key, once_every=once_every)
         wanted = self.replica_wait.replicas
         every = self.replica_wait.every
         known = self.replica_wait.known(keys.lock) if every else 0
@@ -113,6 +114,8 @@ class RedisBackend:
             return self.replica_wait.confirmed(lease, self.prefix, got, known) if got is not None else lease
         if outcome == 2 and once is not None:
             return Duplicate(name=name, key=once.key)
+        if outcome == 3 and once_every:
+            return TooSoon(name=name, success_at=script_int(reply[1]) / 1000, now=script_int(reply[2]) / 1000)
         if outcome == -1:
             raise SlotsMismatch(name, script_int(reply[1]), slots)
         if outcome == -2:

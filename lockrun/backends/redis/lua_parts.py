@@ -106,10 +106,17 @@ local function record_end(runs, last, counts, open, vals, names, a, released)
   redis.pcall('XTRIM', runs, 'MINID', '~', string.format('%.0f', now - tonumber(keep)))
   if not at_once then  -- an unlock is not a run: the last run stays the last run
     local success = redis.pcall('HGET', last, 'last_success_at')
-    if status == 'succeeded' then success = ARGV[a + 4] end
+    local success_ms = redis.pcall('HGET', last, 'success_ms')
+    if status == 'succeeded' then
+      success = ARGV[a + 4]
+      -- when it started, by the server's clock (the end's if its start is unknown: later, so
+      -- --once-every never runs early), for the acquire script's --once-every
+      success_ms = string.format('%.0f', start_ms or now)
+    end
     redis.pcall('DEL', last)
     redis.pcall('HSET', last, 'run_id', run_id, 'row', row)
     if type(success) == 'string' then redis.pcall('HSET', last, 'last_success_at', success) end
+    if type(success_ms) == 'string' then redis.pcall('HSET', last, 'success_ms', success_ms) end
     if ARGV[a + 3] ~= '' then redis.pcall('HSET', last, 'output_tail', ARGV[a + 3]) end
   end
   redis.pcall('HINCRBY', counts, status, 1)

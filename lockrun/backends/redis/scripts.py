@@ -24,25 +24,26 @@ from lockrun.backends.values import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.record import row_json_parts, tail_for_fleet
 
-# Take the lock, advance the fence and describe the holder, all or nothing; record the start
-# (or count a busy or duplicate outcome) in the fleet record.
-# KEYS: lock, info, fence, preempt, slots, runs, counts, open, names (the registry, or the lock
-# key again: none), then [done[, once_tz]]. ARGV: token, ttl_ms,
-# last_try ('1': a busy answer is this run's outcome, count it), maxlen, keep_ms,
-# allow_eviction ('1': run on an evicting server all the same), zone (of a time-derived --once
-# key, with once_tz), remember_ms, then info field/value pairs (the start event takes the ones
-# that are not secret).
+# Take the lock, advance the fence and describe the holder, all or nothing; record the start (or
+# count a busy or duplicate outcome) in the fleet record. KEYS: lock, info, fence, preempt, slots,
+# runs, counts, open, names (the registry, or the lock key again: none), then [done[, once_tz]].
+# ARGV: token, ttl_ms, last_try ('1': a busy answer is this run's outcome, count it), maxlen,
+# keep_ms, allow_eviction ('1': run on an evicting server all the same), zone (of a time-derived
+# --once key, with once_tz), remember_ms, once_every_ms ('0': none; --once-every, judged against
+# the ``success_ms`` that the release scripts keep in the name's ``last`` hash, KEYS[6]'s
+# sibling), then info field/value pairs (the start event takes the ones that are not secret).
 # Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
 # dropped, and so are wake-ups left in the wake list, KEYS[1]'s sibling ``...:wake``; evicting:
 # the policy of a server that may evict and was allowed to, '?' when it could not tell, else '');
-# {2} when the --once key (KEYS[10]) is already done, in which case the lock is given straight
-# back; {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory, why} when the
-# server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the name's --once
-# periods are recorded in another zone, {-4, kind} when once_tz is not a string; else
-# {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
+# {2} when the --once key (KEYS[10]) is already done, and {3, success_ms, now_ms} when the name's
+# last success started less than once_every_ms ago (both by the server's clock), in which cases
+# the lock is given straight back; {-1, n} when the name is in use with --slots n; {-2, policy,
+# maxmemory, why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when
+# the name's --once periods are recorded in another zone, {-4, kind} when once_tz is not a string;
+# else {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
-# FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
-# INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
+# FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly). INCRBY 0
+# reads the counter and fails, as INCR did, on one that is no number: never reset.
 ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
@@ -56,8 +57,19 @@ if conflict then return refused_zone(conflict) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
     redis.call('DEL', KEYS[1])
-    record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(9, 'host'))
+    record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
     return {2}
+  end
+  local every = tonumber(ARGV[9]) or 0
+  if every > 0 then
+    local success = redis.pcall('HGET', string.sub(KEYS[6], 1, -5) .. 'last', 'success_ms')
+    local success_ms = type(success) == 'string' and tonumber(success) or nil
+    local now_ms = fleet_now()
+    if success_ms and now_ms - success_ms < every then
+      redis.call('DEL', KEYS[1])
+      record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
+      return {3, string.format('%.0f', success_ms), string.format('%.0f', now_ms)}
+    end
   end
   keep_zone(KEYS[11], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
   local now = redis.call('TIME')
@@ -66,14 +78,14 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- the preemption request and the info of the previous holder, and the wake-ups nobody popped:
   -- the lock is held again, so they are stale (a waiter would pop them only to find it busy)
   redis.call('DEL', KEYS[2], KEYS[4], string.sub(KEYS[1], 1, -5) .. 'wake')
-  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 9))
+  redis.call('HSET', KEYS[2], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
   heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  record_start(KEYS[8], KEYS[9], ARGV[5], fence, 9, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
+  record_start(KEYS[8], KEYS[9], ARGV[5], fence, 10, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
   return {1, fence, evicting_policy(evicts)}
 end
 if ARGV[3] == '1' then
-  record_count(KEYS[7], KEYS[9], ARGV[5], 'busy', info_value(9, 'host'))
+  record_count(KEYS[7], KEYS[9], ARGV[5], 'busy', info_value(10, 'host'))
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
@@ -294,6 +306,7 @@ def ms(seconds: float) -> int:
 def acquire_call(
     keys: LockKeys, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int,
     last_try: bool, retention: FleetRetention, allow_eviction: bool = False, registry: str | None = None,
+    once_every: float | None = None,
 ) -> ScriptCall:
     """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1; ``registry``: the key of
     the registry of names (None on a Cluster: there is none)."""
@@ -310,7 +323,8 @@ def acquire_call(
                           [token, ms(ttl), slots, int(last_try), *kept, *checks, *pairs])
     plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, keys.open,
                   registry or keys.lock, *done, *zoned]
-    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks, *pairs])
+    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks,
+                                                   ms(once_every) if once_every else 0, *pairs])
 
 
 def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int | None) -> ScriptCall:
