@@ -114,3 +114,14 @@ def test_bad_values_are_one_line_and_exit_2(any_env, args, needle):
 def test_longer_than_the_fleet_record_remembers_is_refused(env):
     assert_one_line(run_lockrun(env, "-n", "x", "--once-every", "31d", "--", "true"), 2,
                     "longer than the fleet record keeps", "fleet_keep_days = 30")
+
+
+def test_a_success_in_the_future_counts_as_recent_and_says_so(local_env, tmp_path):
+    assert run_lockrun(local_env, "-n", "l", "--", "true").returncode == 0
+    description = next(Path(local_env["LOCKRUN_STATE_DIR"]).rglob("l.json"))
+    record = json.loads(description.read_text())
+    record["last_success_epoch"] = record.get("last_success_epoch", 0) + 7200  # the clock went back 2 h
+    description.write_text(json.dumps(record))
+    skipped = run_lockrun(local_env, "-v", "-n", "l", "--once-every", "1h", "--", *counter(tmp_path / "l"))
+    assert skipped.returncode == 0 and not (tmp_path / "l").exists()
+    assert "in the future: a clock was set back" in skipped.stderr, skipped.stderr

@@ -133,5 +133,7 @@ def too_soon_note(got: TooSoon, once_every: float) -> str:
     (both by the clock that judged it: the Redis server's, or this host's)."""
     started = datetime.fromtimestamp(got.success_at, timezone.utc).strftime(SECONDS_FORMAT)
     due = datetime.fromtimestamp(got.success_at + once_every, timezone.utc).strftime(SECONDS_FORMAT)
-    age = human_duration(max(0.0, got.now - got.success_at))
-    return f"--once-every {exact_duration(once_every)}: the last success started {started} ({age} ago); next due {due}"
+    age = got.now - got.success_at
+    # A clock set back since the success puts it in the future: still recent (never run early), said so.
+    when = f"{human_duration(age)} ago" if age >= 0 else f"{human_duration(-age)} in the future: a clock was set back"
+    return f"--once-every {exact_duration(once_every)}: the last success started {started} ({when}); next due {due}"
