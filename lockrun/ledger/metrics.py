@@ -27,9 +27,10 @@ FAMILIES = (
     ("lockrun_lock_lost_at_release_total", "counter",
      "Runs whose release found the lock no longer theirs (expired, evicted, stolen or cleared): each may have"
      " overlapped another run."),
+    ("lockrun_slow_runs_total", "counter", "Runs still running after their --warn-after, pruned ones included."),
 )
-#: The run flags counted per name (a field of the run row that is true), and their families.
-FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total"}
+#: The run flags counted per name (a field of the run row that is true, or slow: --warn-after), and their families.
+FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total", "slow": "lockrun_slow_runs_total"}
 
 
 def escape_label(value: str) -> str:
