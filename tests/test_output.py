@@ -121,6 +121,13 @@ def test_no_tail_flag_and_config_keep_none(any_env, tmp_path):
     assert_one_line(result, 78, "output_tail must be true or false")
 
 
+def test_keep_detached_keeps_no_default_tail(local_env):
+    # What the command leaves running writes where lockrun's output is, not into a pump that ends.
+    result = run_lockrun(local_env, "-n", "kd", "--keep-detached", "--", "sh", "-c", "echo direct; exit 2")
+    assert (result.returncode, result.stdout) == (2, "direct\n")
+    assert shown(local_env, "kd")["output_tail"] is None
+
+
 def test_no_tail_with_capture_tail_is_a_usage_error(any_env):
     result = run_lockrun(any_env, "-n", "x", "--no-tail", "--capture-tail", "1k", "--", "true")
     assert_one_line(result, 2, "--no-tail and --capture-tail cannot be combined")
@@ -164,8 +171,8 @@ def test_on_failure_with_a_succeeding_chatty_command_prints_nothing(any_env, tmp
 def test_on_failure_with_a_failing_command_prints_all_of_it(any_env, tmp_path):
     env = on_failure_env(any_env, tmp_path)
     direct = subprocess.run(["sh", "-c", CHATTY], capture_output=True)
-    result = subprocess.run(lockrun_argv("-n", "broke", "--output", "on-failure", "--", "sh", "-c", CHATTY + "; exit 6"),
-                            env=env, capture_output=True, timeout=60)
+    argv = lockrun_argv("-n", "broke", "--output", "on-failure", "--", "sh", "-c", CHATTY + "; exit 6")
+    result = subprocess.run(argv, env=env, capture_output=True, timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (6, direct.stdout, direct.stderr)
     # In one pipe (as cron gives), in the order the command wrote it.
     joined = subprocess.run(lockrun_argv("-n", "broke", "--output", "on-failure", "--", PY, "-c", INTERLEAVED),

@@ -28,7 +28,6 @@ import os
 import select
 import stat
 import struct
-import tempfile
 import threading
 from collections.abc import Callable
 
@@ -218,6 +217,8 @@ def _open_spool_file() -> int:
     """A private (0600) file in $TMPDIR (else /tmp) that has no name: an O_TMPFILE, else one made
     with O_EXCL (never through a link) and unlinked at once. The kernel removes it when lockrun's
     descriptor closes, however lockrun ends (a signal, SIGKILL): nothing is left behind."""
+    import tempfile  # only --output on-failure pays for it
+
     directory = tempfile.gettempdir()
     tmpfile = getattr(os, "O_TMPFILE", 0)
     if tmpfile:
@@ -254,6 +255,8 @@ class OutputSpool:
         try:
             self._fd = _open_spool_file()
         except OSError as exc:
+            import tempfile
+
             self._give_up(f"cannot create a temporary file in {tempfile.gettempdir()} ({exc.strerror or exc})")
 
     def keep(self, target: int, chunk: bytes) -> bool:

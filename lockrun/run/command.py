@@ -142,11 +142,15 @@ def failure_tail_for(flags: RunFlags, resolved: settings.Settings) -> int | None
     """How much of a failed run's output this host's ledger keeps without --capture-tail: the last
     4 KiB when lockrun's output is not a terminal (cron, systemd, a pipe), unless --no-tail or
     ``output_tail = false`` (docs/operating.md "Output"). On a terminal the person sees it, and the
-    command keeps its terminal (a pipe instead would change what it prints)."""
+    command keeps its terminal (a pipe instead would change what it prints). Nor under
+    --keep-detached: a daemon the command leaves running would be left writing into lockrun's pump,
+    which ends with lockrun (its next write would fail), instead of into cron's stream."""
     from lockrun.core.defaults import DEFAULT_FAILURE_TAIL
     from lockrun.run.capture import on_a_terminal
 
-    if flags.capture_tail is not None or flags.no_tail or not resolved.output_tail or on_a_terminal():
+    if flags.capture_tail is not None or flags.no_tail or flags.keep_detached or not resolved.output_tail:
+        return None
+    if on_a_terminal():
         return None
     return DEFAULT_FAILURE_TAIL
 
