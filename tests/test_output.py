@@ -297,6 +297,10 @@ def test_warn_after_says_slow_once_and_lets_the_command_finish(env, receiver, tm
                                                f"/hc?rid={run_id}"])
     metrics = run_lockrun(env, "metrics").stdout
     assert 'lockrun_slow_runs_total{name="slowpoke"} 1' in metrics
+    # The fleet record does not count slow runs: no family, rather than a 0 that is not true.
+    fleet = run_lockrun(env, "metrics", "--fleet").stdout
+    assert 'lockrun_runs_total{name="slowpoke",status="succeeded"} 1' in fleet
+    assert "lockrun_slow_runs_total{" not in fleet
 
 
 def test_a_quick_command_is_not_slow(any_env):
