@@ -361,3 +361,22 @@ def test_syslog_from_the_config_file_and_an_unreachable_syslog(any_env, syslog_s
     result = run_lockrun(gone, "-n", "cfg", "--syslog", "--", "sh", "-c", "exit 4")
     assert_one_line(result, 4, "--syslog: cannot", "nothing-here")
     assert history(gone, "cfg")[0]["status"] == "failed"
+
+
+def test_the_spool_settles_attempt_by_attempt_under_headers(tmp_path):
+    # The hook --retry's loop uses: each failed attempt's output under its header, a success's dropped.
+    script = (
+        "from lockrun.run.capture import OutputSpool\n"
+        "spool = OutputSpool(print)\n"
+        "spool.keep(1, b'first out\\n'); spool.keep(2, b'first err\\n')\n"
+        "spool.settle(failed=True, header='lockrun: attempt 1 failed')\n"
+        "spool.keep(1, b'second\\n'); spool.settle(failed=False)\n"
+        "spool.settle(failed=True, header='lockrun: attempt 3 printed nothing')\n"
+        "spool.keep(1, b'unsettled\\n'); spool.close()\n"
+    )
+    result = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "first out\nunsettled\n"
+    assert result.stderr == "lockrun: attempt 1 failed\nfirst err\n"
+    assert os.listdir(tmp_path) == []

@@ -204,7 +204,6 @@ class Pump:
         self._thread.join(PUMP_DRAIN_S)
 
 
-
 # --- --output on-failure (chronic(1)) ------------------------------------------------------------
 
 #: A kept chunk in the spool file: the descriptor it was for (1 or 2) and its length, then its bytes.
@@ -279,16 +278,14 @@ class OutputSpool:
         """The attempt is over (its output drained): write out what was kept if it ``failed``, under
         the one-line ``header`` (on stderr; with --retry, which attempt it was), else drop it."""
         with self._lock:
-            if failed and (self._kept or header is None):
-                if header is not None and self._kept:
-                    target = 2 if inherited(2) else 1
-                    with contextlib.suppress(OSError):
-                        _write_through(target, header.rstrip("\n").encode("utf-8", "backslashreplace") + b"\n")
-                self._replay()
-            elif self._fd is not None:
+            if not failed:
+                self._empty()
+                return
+            if header is not None and self._kept:  # an attempt that printed nothing gets no header either
+                target = 2 if inherited(2) else 1
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, 0)
-                self._kept = 0
+                    _write_through(target, header.rstrip("\n").encode("utf-8", "backslashreplace") + b"\n")
+            self._replay()
 
     def close(self) -> None:
         """Done with the file; output no attempt settled (lockrun failed mid-run) is written out."""
@@ -328,8 +325,14 @@ class OutputSpool:
                     _write_through(target, chunk)
                 except OSError:
                     failed_targets.add(target)
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, 0)
+        self._empty()
+
+    def _empty(self) -> None:
+        """Empty the file for the next attempt; its next frame is written at its start again."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+                os.lseek(self._fd, 0, os.SEEK_SET)
         self._kept = 0
 
     def _give_up(self, why: str) -> None:
