@@ -66,6 +66,9 @@ ENVIRONMENT = [
     ("LOCKRUN_TTL", "Default lease length in seconds."),
     ("LOCKRUN_TZ", "The IANA time zone of --once-per periods and --once % keys (as --tz; config: timezone); "
                    "default the host's local zone, named from TZ or /etc/localtime. One zone per lock name."),
+    ("LOCKRUN_SYSLOG_SOCKET", "The syslog socket --syslog writes to (default /dev/log): a container's mounted "
+                              "socket, or a test's."),
+    ("TMPDIR", "Where --output on-failure keeps the command's output, in a file without a name (default /tmp)."),
     ("TZ", "Names the host's local zone when LOCKRUN_TZ, --tz and timezone are not given."),
     ("NO_COLOR", "Disables colour in the status and history tables and the timeline (which then draws letters)."),
     ("FORCE_COLOR", "Colour even when standard output is not a terminal."),

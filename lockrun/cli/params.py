@@ -82,6 +82,7 @@ HOST = Validated("H", values.validate_host)
 REPLICAS = Validated("N|all", values.parse_replicas)
 SIZE = Validated("SIZE", values.parse_size)
 NOTIFY_ON = Validated("STATUSES", values.parse_notify_statuses)
+WARN_AFTER = Validated("DURATION", values.parse_warn_after)
 ENDPOINT = Validated("URL", values.validate_http_url, echo_value=False)
 ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
 

@@ -112,7 +112,7 @@ def prune(ctx: click.Context, older_than: float) -> NoReturn:
 @global_options
 @click.pass_context
 def show(ctx: click.Context, run_id: str, fleet: bool, as_json: bool) -> NoReturn:
-    """Show one run from the ledger, with its output tail (--capture-tail).
+    """Show one run from the ledger, with its output tail (a failed run's, or --capture-tail's).
 
     \b
       lockrun show 3f2a9c1e          # a prefix of the run id is enough
@@ -153,8 +153,9 @@ def metrics(ctx: click.Context, fleet: bool) -> NoReturn:
     Per lock name: lockrun_last_run_timestamp_seconds,
     lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,
     lockrun_last_exit_code, lockrun_last_exit_status (as cron saw it),
-    lockrun_runs_total{status=...} and lockrun_lock_lost_at_release_total
-    (runs whose release found the lock no longer theirs). With --fleet the
+    lockrun_runs_total{status=...}, lockrun_lock_lost_at_release_total
+    (runs whose release found the lock no longer theirs) and
+    lockrun_slow_runs_total (runs --warn-after found slow). With --fleet the
     counts include busy and duplicate skips of every host; exits 69 when Redis
     is unreachable.
     """

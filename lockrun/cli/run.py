@@ -18,6 +18,7 @@ from lockrun.cli.params import (
     NOTIFY_ON,
     REPLICAS,
     SIZE,
+    WARN_AFTER,
     ZONE,
     output_file,
     seconds_type,
@@ -88,6 +89,21 @@ from lockrun.core.errors import UsageError
 @click.option("--ping-on-busy", is_flag=True, help="A busy skip pings URL/fail (by default it pings nothing).")
 @click.option("--capture-tail", metavar="SIZE", type=SIZE,
               help="Keep the last SIZE (512, 10k, 1m) of the command's output for the ledger, pings and webhooks.")
+# docs/operating.md "Output": what a failed run keeps by default, chronic(1), --warn-after, syslog.
+@click.option("--no-tail", is_flag=True,
+              help=f"Keep no output at all: by default, when lockrun's output is not a terminal, a failed run "
+                   f"keeps the last {defaults.DEFAULT_FAILURE_TAIL_TEXT} of it in this host's ledger "
+                   "(config: output_tail = false).")
+@click.option("--output", "output", type=click.Choice(list(values.OUTPUT_MODES)), default=None,
+              help="on-failure: keep the command's stdout and stderr in a private temporary file and write them "
+                   "out only when the run did not succeed, as chronic(1) does [default: always; config: output].")
+@click.option("--warn-after", type=WARN_AFTER, metavar="DURATION",
+              help="A command still running after DURATION (1s to 30d: 90, 10m, 2h) is slow: one line on stderr, "
+                   "a `slow` webhook (--notify-on), a /log ping, `slow` in status, a note on its row and "
+                   "lockrun_slow_runs_total; it is not stopped.")
+@click.option("--syslog", is_flag=True,
+              help="One line per finished run to syslog (facility cron, lockrun[PID]:), key=value fields "
+                   "(config: syslog).")
 # Descendants that leave the command's group (docs/guarantees.md "What lockrun guarantees, and how": the command).
 @click.option("--keep-detached", is_flag=True,
               help="Let processes that leave the command's process group (setsid, double forks, daemons) run on "

@@ -14,6 +14,7 @@ from typing import Any, TypedDict, cast
 
 from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config.values import (
+    OUTPUT_MODES,
     OUTPUT_PATH_KEYS,
     REPLICAS_RULE,
     output_path_problem,
@@ -58,9 +59,13 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     # docs/guarantees.md "What lockrun guarantees, and how"
     "allow_eviction": ((bool,), "true or false (run even on a Redis that may evict keys)"),
     "timezone": ((str,), "a string: an IANA time zone name such as \"UTC\" or \"Europe/Berlin\""),
+    # docs/operating.md "Output": the tail a failed run keeps, chronic(1)'s output, syslog
+    "output_tail": ((bool,), "true or false (keep the last 4 KiB of a failed run's output in the ledger)"),
+    "output": ((str,), "\"always\" or \"on-failure\""),
+    "syslog": ((bool,), "true or false (one line per finished run to syslog)"),
 }
 #: Config keys whose values are booleans (any other key refuses true and false).
-BOOL_CONFIG_KEYS = frozenset({"allow_eviction"})
+BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog"})
 
 
 class ConfigFile(TypedDict, total=False):
@@ -85,6 +90,9 @@ class ConfigFile(TypedDict, total=False):
     fleet_keep_days: int
     allow_eviction: bool
     timezone: str
+    output_tail: bool
+    output: str
+    syslog: bool
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -171,6 +179,8 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
     if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
         refuse(f", not {value!r}")
     if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
+        refuse(f", not {value!r}")
+    if key == "output" and value not in OUTPUT_MODES:
         refuse(f", not {value!r}")
     if key == "notify_urls" and not all(isinstance(url, str) for url in value):
         refuse()

@@ -42,6 +42,9 @@ class Settings(NamedTuple):
     replicas: int | str = 0  # the config file's `replicas` (--replicas overrides it)
     allow_eviction: bool = False  # the config file's `allow_eviction` (--allow-eviction sets it too)
     timezone: str | None = None  # the config file's `timezone` (--tz and LOCKRUN_TZ win over it)
+    output_tail: bool = True  # the config file's `output_tail` (--no-tail turns it off too)
+    output: str = "always"  # the config file's `output` (--output wins over it)
+    syslog: bool = False  # the config file's `syslog` (--syslog sets it too)
 
     @property
     def backend_name(self) -> str:
@@ -119,4 +122,7 @@ def resolve(
         redis_url_from=redis_url_from if redis_url else None,
         allow_eviction=file.get("allow_eviction", False),
         timezone=file.get("timezone"),
+        output_tail=file.get("output_tail", True),
+        output=file.get("output", "always"),
+        syslog=file.get("syslog", False),
     )

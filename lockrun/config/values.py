@@ -13,7 +13,14 @@ from urllib.parse import urlsplit
 
 from lockrun.backends.values import ALL_REPLICAS
 from lockrun.core.clock import exact_duration
-from lockrun.core.defaults import MAX_DURATION_S, MAX_REPLICAS, MAX_SECONDS, MAX_TAIL
+from lockrun.core.defaults import (
+    MAX_DURATION_S,
+    MAX_REPLICAS,
+    MAX_SECONDS,
+    MAX_TAIL,
+    MAX_WARN_AFTER_S,
+    MIN_WARN_AFTER_S,
+)
 from lockrun.core.errors import UsageError
 from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
 from lockrun.system.safefs import special_file
@@ -148,18 +155,22 @@ def parse_replicas(text: str | int, what: str) -> int | str:
     return int(value)
 
 
-# What --notify-on may name: every final status a run can end in.
+# What --notify-on may name: every final status a run can end in, and ``slow`` (--warn-after), an
+# event while the command runs (docs/operating.md "Telling someone").
 NOTIFY_STATUSES = tuple(status.value for status in FINAL_STATUSES)
-DEFAULT_NOTIFY_ON = tuple(
-    status.value for status in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR)
+SLOW_EVENT = "slow"
+NOTIFY_EVENTS = (*NOTIFY_STATUSES, SLOW_EVENT)
+DEFAULT_NOTIFY_ON = (
+    *(status.value for status in (Status.FAILED, Status.LOST, Status.TIMEOUT, Status.UNAVAILABLE, Status.ERROR)),
+    SLOW_EVENT,
 )
 
 
 def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:
-    """``failed,lost`` -> ("failed", "lost"); every name must be a final ledger status."""
+    """``failed,lost`` -> ("failed", "lost"); every name must be a final ledger status, or ``slow``."""
     statuses = tuple(part.strip() for part in str(text).split(",") if part.strip())
-    if not statuses or any(status not in NOTIFY_STATUSES for status in statuses):
-        raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_STATUSES)}")
+    if not statuses or any(status not in NOTIFY_EVENTS for status in statuses):
+        raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_EVENTS)}")
     return statuses
 
 
@@ -209,6 +220,15 @@ def validate_http_url(url: str, what: str) -> str:
 
 
 # --- paths lockrun writes ----------------------------------------------------------------
+
+#: ``--output`` and the config file's ``output``: chronic(1)'s choice (docs/operating.md "Output").
+OUTPUT_MODES = ("always", "on-failure")
+
+
+def parse_warn_after(text: str, what: str) -> float:
+    """``--warn-after``: a time value from 1s to 30d (docs/reference.md "Ranges")."""
+    return parse_time_span(text, what, minimum=MIN_WARN_AFTER_S, maximum=MAX_WARN_AFTER_S)
+
 
 #: Config keys naming a file lockrun writes (and replaces by a rename): only a regular file may be there.
 OUTPUT_PATH_KEYS = ("ledger", "metrics_file")

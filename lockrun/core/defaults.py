@@ -53,6 +53,14 @@ MAX_HISTORY_LIMIT = 1_000_000_000
 MAX_SLOTS = 10_000
 #: --capture-tail: at most 16 MiB of output kept.
 MAX_TAIL = 16 * 1024 * 1024
+#: The tail of a failed run's output kept in this host's ledger by default, when lockrun's output is
+#: not a terminal (docs/operating.md "Output"): the last 4 KiB, as much as the fleet record keeps.
+DEFAULT_FAILURE_TAIL = 4096
+DEFAULT_FAILURE_TAIL_TEXT = "4 KiB"
+#: --warn-after: from 1 second (the main loop's deadlines are that coarse at best for a person) to
+#: 30 days (a job slower than that is not a cron job).
+MIN_WARN_AFTER_S = 1.0
+MAX_WARN_AFTER_S = 30 * 86400.0
 #: --replicas: 0 to 100 (or all).
 MAX_REPLICAS = 100
 #: fleet_keep_runs and fleet_keep_days in the config file.

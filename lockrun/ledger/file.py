@@ -31,7 +31,7 @@ NOTABLE = f"status NOT IN ('{Status.RUNNING}', '{Status.SUCCEEDED}')"  # failure
 FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.DUPLICATE}',"
                 f" '{Status.UNLOCKED}')")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
 LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
@@ -134,6 +134,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     8: (
         "ALTER TABLE runs ADD COLUMN pid_ns INTEGER",
         "ALTER TABLE runs ADD COLUMN machine_id TEXT",
+    ),
+    # When a run was found slow (--warn-after; docs/operating.md "Output"): set while it runs, so that
+    # `status` can say so; counted per name in flag_counts ('slow') at that moment.
+    9: (
+        "ALTER TABLE runs ADD COLUMN slow_at TEXT",
     ),
 }
 

@@ -27,9 +27,10 @@ FAMILIES = (
     ("lockrun_lock_lost_at_release_total", "counter",
      "Runs whose release found the lock no longer theirs (expired, evicted, stolen or cleared): each may have"
      " overlapped another run."),
+    ("lockrun_slow_runs_total", "counter", "Runs still running after their --warn-after, pruned ones included."),
 )
-#: The run flags counted per name (a field of the run row that is true), and their families.
-FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total"}
+#: The run flags counted per name (a field of the run row that is true, or slow: --warn-after), and their families.
+FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total", "slow": "lockrun_slow_runs_total"}
 
 
 def escape_label(value: str) -> str:
@@ -54,6 +55,9 @@ class JobFacts(NamedTuple):
     last_success_at: str | None  # ISO end time of the newest succeeded run
     counts: dict[str, int]  # runs by final status
     flags: dict[str, int] | None = None  # runs by flag (FLAG_FAMILIES): how many releases found the lock lost
+    # The flags this source counts (None: all of FLAG_FAMILIES). The fleet record does not count
+    # slow runs: it shows no lockrun_slow_runs_total rather than a 0 that is not true.
+    counted_flags: tuple[str, ...] | None = None
 
 
 def ledger_facts(ledger: Ledger) -> list[JobFacts]:
@@ -93,6 +97,8 @@ def exposition(facts: list[JobFacts]) -> str:
         for status, count in sorted(job.counts.items()):
             samples["lockrun_runs_total"].append(f'{{{label},status="{escape_label(status)}"}} {count}')
         for flag, family in FLAG_FAMILIES.items():  # 0 too: a counter that exists before it first counts
+            if job.counted_flags is not None and flag not in job.counted_flags:
+                continue
             samples[family].append(f"{{{label}}} {(job.flags or {}).get(flag, 0)}")
     lines = []
     for family, kind, help_text in FAMILIES:

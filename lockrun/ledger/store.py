@@ -66,6 +66,9 @@ class RunRecord(NamedTuple):
 
 
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
+#: The flag_counts entry of a run --warn-after found slow (lockrun_slow_runs_total).
+SLOW_FLAG = "slow"
+
 FINAL_FIELDS = (
     "status", "started_at", "ended_at", "duration_s", "waited_s", "exit_code", "signal", "exit_status",
     "fencing_token", "error", "note", "lock_lost_at_release",
@@ -201,6 +204,23 @@ class Ledger:
             (fencing_token, started_at, waited_s, run_id),
         )
 
+    def record_slow(self, run_id: str, *, slow_at: str, note: str) -> None:
+        """``--warn-after``: the running row is slow since ``slow_at`` (its note says so until the
+        final row's), and its name's count of slow runs goes up by one."""
+        self._transaction(
+            ("UPDATE runs SET slow_at = ?, note = ? WHERE run_id = ? AND status = ?",
+             (slow_at, note, run_id, Status.RUNNING.value)),
+            ("INSERT INTO flag_counts (name, flag, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
+             " ON CONFLICT (name, flag) DO UPDATE SET count = count + 1", (SLOW_FLAG, run_id)),
+        )
+
+    def slow_running(self) -> dict[str, str]:
+        """run_id -> when it was found slow, of the running rows ``--warn-after`` found slow."""
+        with self._connection() as db:
+            rows = db.execute("SELECT run_id, slow_at FROM runs WHERE status = ? AND slow_at IS NOT NULL",
+                              (Status.RUNNING.value,))
+            return {str(run_id): str(slow_at) for run_id, slow_at in rows}
+
     def finish(
         self,
         run_id: str,
@@ -333,7 +353,7 @@ class Ledger:
             return [tuple(row) for row in db.execute("SELECT name, status, count FROM run_counts ORDER BY 1, 2")]
 
     def flag_counts(self) -> list[tuple[str, str, int]]:
-        """(name, flag, count) of the flagged runs ever recorded (lock_lost_at_release), pruned ones included."""
+        """(name, flag, count) of the flagged runs ever recorded (lock_lost_at_release, slow), pruned ones included."""
         with self._connection() as db:
             return [tuple(row) for row in db.execute("SELECT name, flag, count FROM flag_counts ORDER BY 1, 2")]
 

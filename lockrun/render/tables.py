@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lockrun.core.clock import age_s, human_duration, reading_clock
+from lockrun.core.defaults import DEFAULT_FAILURE_TAIL, DEFAULT_FAILURE_TAIL_TEXT
 from lockrun.core.printable import command_line, printable
 from lockrun.core.record import Row, Status
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 #: A run as ``history --json`` prints it (README, "Ledger fields").
 
-STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
+STATE_STYLES = {"held": "green", "slow": "yellow", "zombie": "bold red", "malformed": "bold red", "free": "dim",
+                "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG
 # draws the same colours (STYLE_HEX).
 STATUS_STYLES: dict[str, str] = {
@@ -185,9 +187,14 @@ def run_details(row: Row, tail: str | None) -> None:
         lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
     sys.stdout.write("\n".join(lines) + "\n")
     if tail is None:
-        sys.stdout.write("--- no output kept: --capture-tail SIZE keeps the last SIZE of a run's output ---\n")
+        sys.stdout.write(f"--- no output kept: a failed run keeps the last {DEFAULT_FAILURE_TAIL_TEXT} of its output"
+                         " when lockrun's output is not a terminal; --capture-tail SIZE keeps the last SIZE of"
+                         " every run's output ---\n")
     else:
         # Another host's output, perhaps: its lines and tabs as they were, escape sequences shown.
-        sys.stdout.write(f"--- output tail ({len(tail.encode())} bytes) ---\n{printable(tail, keep=chr(10) + chr(9))}")
+        size = len(tail.encode())
+        sys.stdout.write(f"--- output tail ({size} bytes) ---\n{printable(tail, keep=chr(10) + chr(9))}")
         if tail and not tail.endswith("\n"):
             sys.stdout.write("\n")
+        if size >= DEFAULT_FAILURE_TAIL:  # perhaps cut at its start (docs/operating.md "Output")
+            sys.stdout.write("--- the output may have begun earlier: --capture-tail SIZE keeps the last SIZE ---\n")

@@ -1,7 +1,9 @@
 """The command's output under ``--capture-tail``: passed through as it comes, its end kept.
 
 Without ``--capture-tail`` the command inherits lockrun's stdout and stderr and none of
-this runs. With it, the command writes into pipes; one thread copies them to lockrun's
+this runs, unless lockrun keeps a failed run's tail by default (its output is not a terminal:
+docs/operating.md "Output") or ``--output on-failure`` holds the output back (:class:`OutputSpool`).
+With it, the command writes into pipes; one thread copies them to lockrun's
 own descriptors and keeps the last bytes for the ledger, webhooks and pings. What the
 command would have seen without lockrun is kept: a stream lockrun was started without
 stays closed, two that are one destination stay one pipe (their order is exact), and a
@@ -25,7 +27,9 @@ import fcntl
 import os
 import select
 import stat
+import struct
 import threading
+from collections.abc import Callable
 
 # How long the pump may go on after the command's group is gone: the pipes are at EOF then,
 # unless a process that left the group still holds them.
@@ -60,6 +64,12 @@ class OutputTail:
 # stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
 PUMP_READ_SIZE = 1024
 PUMP_READ_SIZE_ONE_PIPE = 65536
+
+
+def on_a_terminal() -> bool:
+    """Whether lockrun's stdout or stderr is a terminal: then a person reads the output as it comes,
+    and the command keeps the terminal (no pipe, no default tail)."""
+    return any(os.isatty(fd) for fd in (1, 2) if inherited(fd))
 
 
 def inherited(fd: int) -> bool:
@@ -136,9 +146,10 @@ class Pump:
     EPIPE/SIGPIPE exactly as it would without ``--capture-tail``.
     """
 
-    def __init__(self, routes: list[tuple[int, int]], tail: OutputTail) -> None:
+    def __init__(self, routes: list[tuple[int, int]], tail: OutputTail, spool: OutputSpool | None = None) -> None:
         self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
         self.tail = tail
+        self.spool = spool  # --output on-failure: chunks are kept there, not written through
         self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
         self._thread.start()
 
@@ -160,6 +171,8 @@ class Pump:
                         chunk = b""
                     if chunk:
                         self.tail.feed(chunk)
+                        if self.spool is not None and self.spool.keep(target, chunk):
+                            continue
                         try:
                             _write_through(target, chunk)
                             continue
@@ -190,3 +203,141 @@ class Pump:
         """Wait for what the command wrote last (at most PUMP_DRAIN_S)."""
         self._thread.join(PUMP_DRAIN_S)
 
+
+# --- --output on-failure (chronic(1)) ------------------------------------------------------------
+
+#: A kept chunk in the spool file: the descriptor it was for (1 or 2) and its length, then its bytes.
+_FRAME = struct.Struct("=BI")
+#: How much of the spool file is read back at a time when it is written out.
+_REPLAY_READ = 65536
+
+
+def _open_spool_file() -> int:
+    """A private (0600) file in $TMPDIR (else /tmp) that has no name: an O_TMPFILE, else one made
+    with O_EXCL (never through a link) and unlinked at once. The kernel removes it when lockrun's
+    descriptor closes, however lockrun ends (a signal, SIGKILL): nothing is left behind."""
+    import tempfile  # only --output on-failure pays for it
+
+    directory = tempfile.gettempdir()
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        try:
+            return os.open(directory, tmpfile | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError:
+            pass  # a file system without O_TMPFILE: a named file, unlinked at once
+    fd, path = tempfile.mkstemp(prefix="lockrun-output-", dir=directory)
+    os.unlink(path)
+    return fd
+
+
+class OutputSpool:
+    """``--output on-failure``: the command's stdout and stderr kept, in the order lockrun read them,
+    in a private file, and written out only for a run (or, with --retry, an attempt) that did not
+    succeed (docs/operating.md "Output").
+
+    The pump (its own thread) calls :meth:`keep` for each chunk; the run loop calls :meth:`settle`
+    once the command's whole group is gone and the pump has drained: ``settle(failed=True)``
+    writes out what was kept (under ``header`` if given), ``settle(failed=False)`` drops it, and
+    either way the file is empty again for the next attempt.
+
+    Nothing is lost: when the file cannot be written (a full disk, a file size limit), what it
+    holds is written out at once, in order, and from then on output passes through as it comes;
+    ``warn`` gets one line saying so.
+    """
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._kept = 0  # bytes of whole frames in the file: what a failed write is cut back to
+        self.passing_through = False  # the file failed (or could not be made): output goes straight out
+        try:
+            self._fd = _open_spool_file()
+        except OSError as exc:
+            import tempfile
+
+            self._give_up(f"cannot create a temporary file in {tempfile.gettempdir()} ({exc.strerror or exc})")
+
+    def keep(self, target: int, chunk: bytes) -> bool:
+        """Keep ``chunk`` (written to ``target``); False when it must be written through instead."""
+        with self._lock:
+            if self.passing_through or self._fd is None:
+                return False
+            try:
+                _write_through(self._fd, _FRAME.pack(target, len(chunk)) + chunk)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._kept)  # the frame that did not fit is written through
+                self._replay()
+                self._give_up(f"cannot keep the command's output in a temporary file ({exc.strerror or exc})")
+                return False
+            self._kept += _FRAME.size + len(chunk)
+            return True
+
+    def settle(self, failed: bool, header: str | None = None) -> None:
+        """The attempt is over (its output drained): write out what was kept if it ``failed``, under
+        the one-line ``header`` (on stderr; with --retry, which attempt it was), else drop it."""
+        with self._lock:
+            if not failed:
+                self._empty()
+                return
+            if header is not None and self._kept:  # an attempt that printed nothing gets no header either
+                target = 2 if inherited(2) else 1
+                with contextlib.suppress(OSError):
+                    _write_through(target, header.rstrip("\n").encode("utf-8", "backslashreplace") + b"\n")
+            self._replay()
+
+    def close(self) -> None:
+        """Done with the file; output no attempt settled (lockrun failed mid-run) is written out."""
+        with self._lock:
+            if self._kept:
+                self._replay()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _replay(self) -> None:
+        """Write every kept chunk to its descriptor, in order, then empty the file. A destination
+        that fails is skipped from then on (its failure is the same lockrun would have met writing
+        the chunk as it came)."""
+        if self._fd is None:
+            return
+        failed_targets: set[int] = set()
+        pending = b""
+        offset = 0
+        while offset < self._kept:
+            try:
+                data = os.pread(self._fd, min(_REPLAY_READ, self._kept - offset), offset)
+            except OSError:
+                break
+            if not data:
+                break
+            offset += len(data)
+            pending += data
+            while len(pending) >= _FRAME.size:
+                target, length = _FRAME.unpack_from(pending)
+                if len(pending) < _FRAME.size + length:
+                    break
+                chunk, pending = pending[_FRAME.size:_FRAME.size + length], pending[_FRAME.size + length:]
+                if target in failed_targets:
+                    continue
+                try:
+                    _write_through(target, chunk)
+                except OSError:
+                    failed_targets.add(target)
+        self._empty()
+
+    def _empty(self) -> None:
+        """Empty the file for the next attempt; its next frame is written at its start again."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+                os.lseek(self._fd, 0, os.SEEK_SET)
+        self._kept = 0
+
+    def _give_up(self, why: str) -> None:
+        self.passing_through = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._warn(f"--output on-failure: {why}; the command's output passes through from now on")

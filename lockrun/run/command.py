@@ -44,6 +44,10 @@ class RunFlags(NamedTuple):
     ping_url: str | None
     ping_on_busy: bool
     capture_tail: int | None
+    no_tail: bool
+    output: str | None
+    warn_after: float | None
+    syslog: bool
     verbose: bool
     quiet: bool
     tz: Zone | None
@@ -66,6 +70,9 @@ def check_combinations(flags: RunFlags) -> None:
     if slots > 1 and flags.once_every is not None:
         raise UsageError(f"--slots {slots} cannot be combined with --once-every: {slots} holders could all find"
                          " the last success old enough, and all run")
+    if flags.no_tail and flags.capture_tail is not None:
+        raise UsageError("--no-tail and --capture-tail cannot be combined: --capture-tail asks to keep output,"
+                         " --no-tail to keep none; pick one")
     if flags.once is not None and flags.once_per is not None:
         raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                          " start as the key; pick one")
@@ -108,6 +115,10 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         once_key=once_key,
         remember=flags.remember,
         capture_tail=flags.capture_tail,
+        failure_tail=failure_tail_for(flags, resolved),
+        output_on_failure=(flags.output or resolved.output) == "on-failure",
+        warn_after=flags.warn_after,
+        syslog=flags.syslog or resolved.syslog,
         notify_urls=tuple(flags.notify_urls) or resolved.notify_urls,
         notify_on=flags.notify_on,
         notify_slack=flags.notify_format == "slack",
@@ -136,6 +147,23 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         backend_where=resolved.backend_where,
         backend_from=resolved.backend_from,
     )
+
+
+def failure_tail_for(flags: RunFlags, resolved: settings.Settings) -> int | None:
+    """How much of a failed run's output this host's ledger keeps without --capture-tail: the last
+    4 KiB when lockrun's output is not a terminal (cron, systemd, a pipe), unless --no-tail or
+    ``output_tail = false`` (docs/operating.md "Output"). On a terminal the person sees it, and the
+    command keeps its terminal (a pipe instead would change what it prints). Nor under
+    --keep-detached: a daemon the command leaves running would be left writing into lockrun's pump,
+    which ends with lockrun (its next write would fail), instead of into cron's stream."""
+    from lockrun.core.defaults import DEFAULT_FAILURE_TAIL
+    from lockrun.run.capture import on_a_terminal
+
+    if flags.capture_tail is not None or flags.no_tail or flags.keep_detached or not resolved.output_tail:
+        return None
+    if on_a_terminal():
+        return None
+    return DEFAULT_FAILURE_TAIL
 
 
 def once_zone(flags: RunFlags, resolved: settings.Settings) -> Zone:

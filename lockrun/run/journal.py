@@ -90,6 +90,12 @@ class RunJournal:
         if self._command_started_mono is not None:
             self.duration_s = round(time.monotonic() - self._command_started_mono, 6)
 
+    def running_for(self) -> float | None:
+        """Seconds since the command started (None: it has not)."""
+        if self._command_started_mono is None:
+            return None
+        return round(time.monotonic() - self._command_started_mono, 6)
+
     def mark_ended(self) -> None:
         """The run's end: the command is gone (or never started); releasing and telling come after.
         A command that ran has its end and duration already (see :meth:`command_ended`); one that
@@ -165,6 +171,30 @@ class RunJournal:
         except RuntimeError:
             return  # no thread for it: the final row carries the fencing token all the same
         self._command_start_noted = noting
+
+    def command_slow(self, note: str) -> None:
+        """``--warn-after``: the running row is slow (``slow_at``, ``note``), written from a thread
+        as the command's start is: a busy ledger never holds up the main loop."""
+        ledger = self.ledger
+        if ledger is None:
+            return
+        slow_at = utc_now_iso()
+        before = self._command_start_noted
+
+        def write() -> None:
+            if before is not None:
+                before.join()  # one connection, one writer at a time
+            try:
+                ledger.record_slow(self.run.run_id, slow_at=slow_at, note=note)
+            except WRITE_ERRORS as exc:
+                self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
+
+        noting = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
+        try:
+            noting.start()
+        except RuntimeError:
+            return  # no thread for it: the final row's note says it all the same
+        self._command_start_noted = noting  # finish() waits for the last of them
 
     def finish(self, outcome: Outcome) -> None:
         """The final row; then, now and then, a prune, and the metrics file."""

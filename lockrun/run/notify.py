@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from lockrun import __version__
-from lockrun.config.values import redact_endpoint
+from lockrun.config.values import SLOW_EVENT, redact_endpoint
 from lockrun.core.record import Status
 from lockrun.run.outcome import busy_message
 
@@ -158,9 +158,8 @@ def webhook_payload(run: dict[str, Any], holder: dict[str, Any] | None, output_t
 
 def slack_text(payload: dict[str, Any]) -> dict[str, str]:
     """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
-    icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:"}.get(
-        payload["status"], ":x:"
-    )
+    icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:",
+            SLOW_EVENT: ":turtle:"}.get(payload["status"], ":x:")
     # What cron saw first (exit 124 for a timeout), then how the command itself ended.
     how = f"exit {payload['exit_status']}" if payload.get("exit_status") is not None else payload["status"]
     if payload["signal"] is not None:
@@ -258,11 +257,34 @@ class Delivery:
         self.ping_url, self.ping_on_busy = ping_url, ping_on_busy
         self.notify_urls, self.notify_on, self.slack = notify_urls, notify_on, slack
         self._start_ping: StartPing | None = None
+        self._slow_sendings: list[Sending] = []  # --warn-after's, still in flight perhaps
 
     def command_started(self) -> None:
         """The start ping (``--ping``), sent beside the command."""
         if self.ping_url:
             self._start_ping = StartPing(self.ping_url, self.run_id)
+
+    def command_slow(self, run: dict[str, Any], line: str) -> None:
+        """``--warn-after``: the ``slow`` webhook (when ``--notify-on`` names it) and a ``URL/log``
+        ping with ``line`` as its body, sent beside the command (never holding up the main loop);
+        what is still in flight at the run's end counts against the end's deadline."""
+        import urllib.request  # noqa: F401 - imported here, not in the thread: see run_ended
+
+        deadline = time.monotonic() + DELIVERY_BUDGET
+        if self.notify_urls and SLOW_EVENT in self.notify_on:
+            payload = webhook_payload({**run, "status": SLOW_EVENT}, None, None)
+            self._slow_sendings += send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
+        if self.ping_url:
+            base, start = self.ping_url, self._start_ping
+
+            def ping() -> str | None:
+                # After the start ping, which healthchecks pairs with the runs it shows.
+                failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
+                failures.append(send_ping(base, "log", self.run_id, line, deadline))
+                return "; ".join(failure for failure in failures if failure) or None
+
+            self._slow_sendings.append(Sending(redact_endpoint(base), ping, what="log ping",
+                                               thread_name="lockrun-ping"))
 
     def run_ended(
         self, run: dict[str, Any], holder: Holder | None = None, output_tail: str | None = None
@@ -299,5 +321,6 @@ class Delivery:
             sendings.append(Sending(redact_endpoint(base), ping))
         elif self._start_ping is not None:
             sendings.append(self._start_ping.sending)
+        sendings += self._slow_sendings
         failures = [sending.result(deadline) for sending in sendings]
         return "; ".join(failure for failure in failures if failure) or None

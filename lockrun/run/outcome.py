@@ -35,6 +35,9 @@ class Outcome(NamedTuple):
     note: str | None = None
     holder: Holder | None = None  # who kept us out, for a busy outcome
     output_tail: str | None = None
+    # The tail is a failed run's, kept by default: for this host's ledger only, never the fleet
+    # record, pings or webhooks, which only --capture-tail sends it to (docs/operating.md "Output").
+    tail_private: bool = False
     lease_lost: bool = False  # the lease was lost while the command ran (stopped for it or not)
     # The release found the lock no longer this run's (True), released it (False), or was not
     # made or did not reach the backend (None): docs/guarantees.md "A run that lost its lock says so".

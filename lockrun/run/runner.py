@@ -31,8 +31,8 @@ from lockrun.backends.connect import call_timeout_for
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
-from lockrun.core.clock import iso_ago, utc_now_iso
-from lockrun.core.defaults import DEFAULT_BUSY_EXIT, DEFAULT_KILL_AFTER, DEFAULT_REMEMBER_S
+from lockrun.core.clock import exact_duration, iso_ago, utc_now_iso
+from lockrun.core.defaults import DEFAULT_BUSY_EXIT, DEFAULT_FAILURE_TAIL, DEFAULT_KILL_AFTER, DEFAULT_REMEMBER_S
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
@@ -79,6 +79,10 @@ class RunOptions(NamedTuple):
     once_key: str | None = None  # already strftime-expanded
     remember: float = DEFAULT_REMEMBER_S
     capture_tail: int | None = None  # bytes of combined output to keep; None: stdio inherited
+    failure_tail: int | None = None  # without capture_tail: bytes a failed run keeps in this host's ledger
+    output_on_failure: bool = False  # --output on-failure: output held back, written out if the run failed
+    warn_after: float | None = None  # the command is slow after this long (it goes on)
+    syslog: bool = False  # one line per finished run to syslog
     notify_urls: tuple[str, ...] = ()
     notify_on: tuple[str, ...] = ()
     notify_slack: bool = False
@@ -127,6 +131,7 @@ class Run:
         )
         self.journal = RunJournal(ledger_path, record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
+        self._slow_note: str | None = None  # --warn-after found the command slow
         self.delivery: Delivery | None = None
         if options.ping_url or options.notify_urls:
             from lockrun.run.notify import Delivery  # only runs that asked for a delivery pay for it
@@ -156,14 +161,26 @@ class Run:
         # The lock is released by now: telling someone may take seconds, never the lease.
         outcome = self._deliver(outcome)
         self.journal.finish(outcome)
+        if self.options.syslog:
+            from lockrun.run.syslog_line import send_run  # only runs that asked for it pay for it
+
+            send_run(self.journal.row(outcome), attempt=1, report=self.report)
         return outcome
 
     def _run_under_lock(self) -> Outcome:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
         env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
                "LOCKRUN_RUN_ID": self.run_id}
-        supervisor = Supervisor(self.options.argv, env=env, capture_tail=self.options.capture_tail,
-                                keep_detached=self.options.keep_detached)
+        opts = self.options
+        spool = None
+        if opts.output_on_failure:
+            from lockrun.run.capture import OutputSpool  # only --output on-failure pays for it
+
+            spool = OutputSpool(lambda line: self.report("warn", line))
+        # Output goes through a pump (and its tail) when a tail is kept or held back (capture.py).
+        tail_size = opts.capture_tail or opts.failure_tail or (DEFAULT_FAILURE_TAIL if spool is not None else None)
+        supervisor = Supervisor(self.options.argv, env=env, capture_tail=tail_size,
+                                keep_detached=self.options.keep_detached, spool=spool)
         supervisor.signals.install()
         backend = None
         try:
@@ -185,6 +202,8 @@ class Run:
             supervisor.close()
             if backend is not None:
                 backend.close()
+            if spool is not None:
+                spool.close()
         self.journal.acquire_over()  # if it gave up, or failed
         return outcome
 
@@ -255,7 +274,8 @@ class Run:
         this one: one line says so, unless the run already said its lease was lost.
         """
         kept, lost = released_as(outcome, True), released_as(outcome, False)
-        record = FleetRecord(self.journal.row(kept), outcome.output_tail, if_lost=self.journal.row(lost))
+        shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
+        record = FleetRecord(self.journal.row(kept), shared_tail, if_lost=self.journal.row(lost))
         released = lease_client.release(lease, lost=outcome.lease_lost, succeeded=succeeded, hold_s=hold_s,
                                         hold_until=hold_until, record=record)
         if released is False and not outcome.lease_lost:  # a lost lease was said when it was lost
@@ -304,7 +324,8 @@ class Run:
             )
             keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
-                         kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report)
+                         kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
+                         warn_after=opts.warn_after, on_slow=self._command_slow)
         finally:
             # Also on an unexpected error: all it started is gone before the lock is released.
             if backstop is not None:
@@ -320,13 +341,42 @@ class Run:
         )
         if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
             outcome = outcome.noted("; ".join(supervisor.tail.lost))
+        if self._slow_note is not None:
+            outcome = outcome.noted(self._slow_note)
+        outcome = self._kept_tail(outcome)
+        if supervisor.spool is not None:
+            # The whole group is gone and the pump drained: this attempt's output is all there.
+            # (With --retry, each failed attempt settles under a header naming it: capture.py.)
+            supervisor.spool.settle(failed=outcome.status != Status.SUCCEEDED)
         return outcome
+
+    def _kept_tail(self, outcome: Outcome) -> Outcome:
+        """The tail the run keeps: all of --capture-tail's, everywhere it goes; without it, a failed
+        run's (the default one, this host's ledger only); none of a run that succeeded."""
+        if self.options.capture_tail is not None or outcome.output_tail is None:
+            return outcome
+        if self.options.failure_tail is None or outcome.status == Status.SUCCEEDED:
+            return outcome._replace(output_tail=None)
+        return outcome._replace(tail_private=True)
+
+    def _command_slow(self) -> None:
+        """--warn-after: the command is still running (the main loop calls this once per command)."""
+        assert self.options.warn_after is not None
+        after = exact_duration(self.options.warn_after)
+        self._slow_note = f"slow: still running after --warn-after {after}"
+        self.report("warn", f"{self.options.name!r} is slow: still running after --warn-after {after}")
+        self.journal.command_slow(self._slow_note)
+        if self.delivery is not None:
+            running = self.journal.row(Outcome(exit_code=0, status=Status.RUNNING, note=self._slow_note))
+            self.delivery.command_slow({**running, "exit_status": None, "ended_at": None,
+                                        "duration_s": self.journal.running_for()}, self._slow_note)
 
     def _deliver(self, outcome: Outcome) -> Outcome:
         """Final ping and webhooks; a failed delivery is a warning and a note on the row."""
         if self.delivery is None:
             return outcome
-        failed = self.delivery.run_ended(self.journal.row(outcome), outcome.holder, outcome.output_tail)
+        shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
+        failed = self.delivery.run_ended(self.journal.row(outcome), outcome.holder, shared_tail)
         if failed is None:
             return outcome
         self.report("warn", f"could not deliver notifications: {failed}")

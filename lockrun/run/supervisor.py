@@ -41,8 +41,8 @@ from lockrun.run.leftovers import Leftovers
 from lockrun.run.signals import SignalRelay, signal_group
 from lockrun.run.watchdog import Watchdog
 
-if TYPE_CHECKING:  # imported when first needed: only runs with --capture-tail use them
-    from lockrun.run.capture import OutputTail, Pump
+if TYPE_CHECKING:  # imported when first needed: only runs whose output goes through a pump use them
+    from lockrun.run.capture import OutputSpool, OutputTail, Pump
 
 PR_SET_CHILD_SUBREAPER = 36
 #: How long finish() waits between SIGKILL sweeps for what is left to die (it waits until it has).
@@ -64,7 +64,7 @@ class ChildExit(NamedTuple):
 class Supervisor:
     def __init__(
         self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
-        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False,
+        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False, spool: OutputSpool | None = None,
     ) -> None:
         self.argv = argv
         self.keep_detached = keep_detached  # what leaves the command's group is left alone
@@ -73,8 +73,9 @@ class Supervisor:
         self.signals = SignalRelay()
         self.watchdog = Watchdog()
         self.tail: OutputTail | None = None
+        self.spool = spool  # --output on-failure: the pump keeps the output there (capture.py)
         if capture_tail:
-            from lockrun.run.capture import OutputTail  # only runs with --capture-tail pay for it
+            from lockrun.run.capture import OutputTail  # only runs whose output is piped pay for it
 
             self.tail = OutputTail(capture_tail)
         self._output_routes: list[tuple[int, int]] | None = None  # (pipe read end, lockrun's fd)
@@ -188,7 +189,7 @@ class Supervisor:
         if self._output_routes is not None and self.tail is not None:
             from lockrun.run.capture import Pump
 
-            self._pump = Pump(self._output_routes, self.tail)
+            self._pump = Pump(self._output_routes, self.tail, self.spool)
             self._output_routes = None  # the pump owns (and closes) the read ends now
         # A signal that arrived before the command existed is forwarded now.
         for signum in self.signals.received:

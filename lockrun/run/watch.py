@@ -6,6 +6,7 @@
                                              (--on-lost continue: a note, and it goes on)
       a --replace by another run          -> as a lost lease, whatever --on-lost says
       past --timeout                      -> SIGTERM now, SIGKILL after --kill-after
+      past --warn-after                   -> once: the command is slow (on_slow); it goes on
       a SIGKILL due                       -> sent; the backstop is retired
     then, until nothing the command started is left (the drain):
       what it left behind, in its group or not -> SIGTERM now, SIGKILL after --kill-after, or
@@ -65,12 +66,16 @@ def watch(
     on_lost: str,
     report: Report,
     clock: Callable[[], float] = time.monotonic,
+    warn_after: float | None = None,
+    on_slow: Callable[[], None] | None = None,
 ) -> Stop:
     """Wait for the command to exit, stopping it on a lost lease or ``timeout``, then for what it
     left behind to be gone; say why the command was stopped. ``clock`` is the monotonic clock the
     supervisor and the keeper use (a parameter for the unit tests)."""
     signals = supervisor.signals
     timeout_at = clock() + timeout if timeout else None
+    # --warn-after: one more deadline of this loop (no thread), met once per command.
+    slow_at = clock() + warn_after if warn_after and on_slow is not None else None
     stop_reason: Status | None = None
     lost_note: str | None = None
     escalated_after: int | None = None
@@ -135,6 +140,9 @@ def watch(
             stop_reason = Status.TIMEOUT
             report("error", f"{name!r} ran past --timeout {timeout:g}s; stopping the command")
             supervisor.terminate(kill_at=now + kill_after)
+        if slow_at is not None and now >= slow_at and stop_reason is None and not draining and on_slow is not None:
+            slow_at = None
+            on_slow()
         was_killed = supervisor.killed
         supervisor.kill_if_due()
         if supervisor.killed and not was_killed:
@@ -143,7 +151,7 @@ def watch(
             backstop.disarm()  # SIGKILL is sent: the command cannot outlive the lease any more
         wake_at = [supervisor.kill_at, supervisor.adopt_at]
         if stop_reason is None and not draining:
-            wake_at.append(timeout_at)
+            wake_at += [timeout_at, slow_at]
         if not lease_lost:  # (a --replace after a loss under --on-lost continue: the keeper wakes the loop)
             wake_at.append(keeper.must_stop_at)
         if draining:

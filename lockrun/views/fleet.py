@@ -350,5 +350,6 @@ def facts(source: Source) -> list[JobFacts]:
             last_success_at=success if parse_iso(success) else None,
             counts=counts,
             flags=flags,
+            counted_flags=("lock_lost_at_release",),  # a slow run is counted in its host's ledger only
         ))
     return found

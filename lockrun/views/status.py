@@ -166,12 +166,27 @@ def lock_states(
     record = backend.fleet_record()
     fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
     entries: list[LockEntry] = []
+    slow = _slow_running(ledger) if held else {}
     for name in wanted:
         mine = _last_finished(ledger, name) if ledger is not None else None
         last_run = newer_run(mine, fleet_last.get(name))
         holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
-        entries.extend(lock_entry(name, holder, last_run) for holder in holders)
+        for one in holders:
+            entry = lock_entry(name, one, last_run)
+            if entry["state"] == "held" and one is not None and one.run_id in slow:
+                entry["state"] = "slow"  # --warn-after: still running past it (this host's runs)
+            entries.append(entry)
     return entries
+
+
+def _slow_running(ledger: Ledger | None) -> dict[str, str]:
+    """This host's running runs that --warn-after found slow (run_id -> since when)."""
+    if ledger is None:
+        return {}
+    try:
+        return ledger.slow_running()
+    except LedgerError:
+        return {}
 
 
 def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[LockEntry]:

@@ -297,3 +297,23 @@ def test_the_child_exit_reported_by_the_supervisor() -> None:
 
 def _unavailable() -> BackendUnavailable:
     return BackendUnavailable("Timeout reading from socket")
+
+
+def test_warn_after_is_one_more_deadline_met_once_and_never_a_stop(clock: FakeClock) -> None:
+    run = Run(clock, exits_at=START + 95, returncode=0)
+    slow_at: list[float] = []
+    stop = watch(run.supervisor, run.keeper, run.backstop, name="job", timeout=None, kill_after=10.0,
+                 on_lost="terminate", report=run.reports, clock=clock, warn_after=25.0,
+                 on_slow=lambda: slow_at.append(round(clock() - START, 6)))
+    assert stop == Stop(None, None, None) and run.sent == []
+    assert slow_at == [25]  # woken for it (not at the next renewal, 30), and once
+    assert len(run.supervisor.relay.waits) <= 11
+
+
+def test_warn_after_past_the_timeout_says_nothing(clock: FakeClock) -> None:
+    run = Run(clock, timeout=20.0, dies_of=(TERM,), exit_delay=1.0)
+    slow: list[float] = []
+    stop = watch(run.supervisor, run.keeper, run.backstop, name="job", timeout=20.0, kill_after=10.0,
+                 on_lost="terminate", report=run.reports, clock=clock, warn_after=20.5,
+                 on_slow=lambda: slow.append(clock()))
+    assert stop.reason == Status.TIMEOUT and slow == []  # being stopped is not being slow
