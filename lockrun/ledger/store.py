@@ -25,6 +25,7 @@ from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Row, Status
 from lockrun.ledger.file import (
     BUSY_TIMEOUT_MS,
     FINISHED_RUN,
+    NOT_PAUSED,
     check_files,
     full_disk_hint,
     migrate,
@@ -367,14 +368,15 @@ class Ledger:
         if self._known_dead is not None:
             # The runs still "running" are the ones in progress now, and the dead: a few at most.
             recent = self._query(
-                _SELECT + f" WHERE name = ? AND ({FINISHED_RUN} OR status = ?) ORDER BY started_at DESC LIMIT 20",
+                _SELECT + f" WHERE name = ? AND (({FINISHED_RUN} AND {NOT_PAUSED}) OR status = ?)"
+                " ORDER BY started_at DESC LIMIT 20",
                 (name, Status.RUNNING),
             )
             for row in recent:
                 if row["status"] != Status.RUNNING:
                     return row
         rows = self._query(
-            _SELECT + f" WHERE name = ? AND {FINISHED_RUN}"
+            _SELECT + f" WHERE name = ? AND {FINISHED_RUN} AND {NOT_PAUSED}"
             " ORDER BY started_at DESC LIMIT 1",
             (name,),
         )

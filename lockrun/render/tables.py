@@ -139,7 +139,7 @@ def status_table(
         heartbeat = lock["heartbeat_age_s"]
         table.add_row(
             _styled(lock["name"], None),
-            _styled(lock["state"], STATE_STYLES.get(lock["state"])),
+            _styled(lock["state"] + (", paused" if lock.get("paused") else ""), STATE_STYLES.get(lock["state"])),
             _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
             # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
             human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
@@ -152,8 +152,22 @@ def status_table(
     for lock in locks:
         if lock.get("problem"):  # data lockrun did not write: say what, under the table
             console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
+    for name, pause in {lock["name"]: lock.get("paused") for lock in locks}.items():
+        if pause:  # once per name, whatever its holders (--slots)
+            console.print(_styled(f"{name}: {_pause_text(pause)}", STATE_STYLES["malformed"] if pause.get("problem")
+                                  else None))
     for note in notes:  # about a holder: where its pid means something
         console.print(_styled(note, None))
+
+
+def _pause_text(pause: dict[str, str | None]) -> str:
+    """A status line for a name's pause (views/status: LockEntry's ``paused``)."""
+    if pause.get("problem"):
+        return f"a malformed pause, not honoured: {pause['problem']} (lockrun resume removes it)"
+    text = f"paused until {pause.get('until')}"
+    if pause.get("who") or pause.get("where"):
+        text += f" by {pause.get('who') or '?'} on {pause.get('where') or '?'}"
+    return text + (f" ({pause['reason']})" if pause.get("reason") else "")
 
 
 def history_table(rows: list[Row]) -> None:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
@@ -93,7 +94,7 @@ class LeaseClient:
         interrupted: Callable[[], bool] = lambda: False,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         get_ready: Callable[[], None] = lambda: None,
-    ) -> Lease | Holder | Duplicate:
+    ) -> Lease | Holder | Duplicate | Paused:
         """The lease, the holder that kept us out until ``wait`` ran out (or ``interrupted``),
         or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
         ``interruptible`` is entered around each blocking wait (it raises WaitInterrupted on a
@@ -114,6 +115,10 @@ class LeaseClient:
                 self._give_back()
                 raise
             answered_at = self.clock()
+            if isinstance(result, Lease) and result.pause_problem:
+                # docs/operating.md "Pausing a job": a pause nobody can read the end of is not honoured.
+                self.report("warn", f"{self.name!r}: ignoring a malformed pause ({result.pause_problem}); running."
+                                    f" lockrun resume {self.name} removes it")
             if isinstance(result, Lease) and result.evicting:
                 self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
                                     f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")

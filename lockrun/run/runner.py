@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.backends.connect import call_timeout_for
+from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey
@@ -211,6 +212,10 @@ class Run:
                 outcome = self._release(lease_client, got, outcome)
             self.report("error", error)
             return outcome
+        if isinstance(got, Paused):
+            note = got.describe()
+            self.report("info", f"{opts.name!r}: {note}; skipped")
+            return Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=note)
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
             self.report("info", f"{opts.name!r}: {note}; skipped")

@@ -34,6 +34,9 @@ class LockEntry(TypedDict):
     ttl_remaining_s: float | None
     problem: str | None
     last_run: dict[str, Any] | None  # the newest finished run, as history --json shows it
+    # The name's pause (lockrun pause; docs/operating.md "Pausing a job"): who, where, when, until, reason,
+    # problem (a malformed one, which runs do not honour); None: not paused.
+    paused: dict[str, str | None] | None
 
 
 #: Holder fields that say where its process ran: an unusable value in any of them means the
@@ -121,7 +124,7 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
         return {
             "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
             "child_pid": None, "command": None, "started_at": None, "heartbeat_at": None,
-            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run,
+            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run, "paused": None,
         }
     return {
         "name": name,
@@ -138,6 +141,7 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
         "ttl_remaining_s": holder.ttl_remaining_s,
         "problem": holder.problem,
         "last_run": last_run,
+        "paused": None,
     }
 
 
@@ -162,7 +166,8 @@ def lock_states(
         held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
         if holder.note and notes is not None:
             notes.append(f"{holder.name}: {holder.host or '?'}:{holder.pid or '?'}: {holder.note}")
-    wanted = sorted(held) if names is None else list(dict.fromkeys(names))
+    pauses = backend.pauses(names)  # a paused name is listed, held or not
+    wanted = sorted({*held, *pauses}) if names is None else list(dict.fromkeys(names))
     record = backend.fleet_record()
     fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
     entries: list[LockEntry] = []
@@ -170,7 +175,11 @@ def lock_states(
         mine = _last_finished(ledger, name) if ledger is not None else None
         last_run = newer_run(mine, fleet_last.get(name))
         holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
-        entries.extend(lock_entry(name, holder, last_run) for holder in holders)
+        for holder in holders:
+            entry = lock_entry(name, holder, last_run)
+            if name in pauses:
+                entry["paused"] = pauses[name].as_json()
+            entries.append(entry)
     return entries
 
 

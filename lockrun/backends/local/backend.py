@@ -27,8 +27,10 @@ from pathlib import Path
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
+from lockrun.backends.local.pauses import LocalPauses
 from lockrun.backends.local.records import Description, LockRecords, cooling, stored_fence
 from lockrun.backends.local.waiting import MAX_WATCHED, KernelWaits
+from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
@@ -48,6 +50,7 @@ class LocalBackend:
         self.files = LockFiles(self.state_dir)
         self.records = LockRecords(self.files)
         self.inspection = LocalInspection(self.files, self.records)
+        self._pauses = LocalPauses(self.files)
         self._held: dict[str, int] = {}  # token -> locked descriptor
         self._slot_of: dict[str, int] = {}  # token -> slot index, for --slots leases
         self._slots_of_name: dict[str, int] = {}  # name -> the --slots N of its last acquire, for waiting
@@ -61,7 +64,7 @@ class LocalBackend:
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
         slots: int = 1, last_try: bool = True,
-    ) -> Lease | Holder | Duplicate:
+    ) -> Lease | Holder | Duplicate | Paused:
         self.files.ready()
         self._slots_of_name[name] = slots
         if slots > 1:
@@ -87,6 +90,10 @@ class LocalBackend:
             if still_cooling is not None:
                 os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
                 return still_cooling
+            pause = self._pauses.of(name)  # under the lock, as the Redis acquire reads it
+            if pause is not None and pause.problem is None:
+                os.close(fd)
+                return pause
             duplicate = self._once_checks(fd, name, once, ttl)
             if duplicate is not None:
                 return duplicate
@@ -101,12 +108,13 @@ class LocalBackend:
                 os.close(fd)
                 raise self._cannot_write(exc) from None
             self._held[token] = fd
-            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once)
+            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
+                         pause_problem=pause.problem if pause is not None else None)
         raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
 
     def _acquire_slot(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int
-    ) -> Lease | Holder | Duplicate:
+    ) -> Lease | Holder | Duplicate | Paused:
         """--slots N: N lock files, one kernel lock each; the first free one is ours."""
         if locked_by_other(self.files.lock_path(name)):
             raise SlotsMismatch(name, 1, slots)
@@ -125,6 +133,10 @@ class LocalBackend:
             if not same_file(fd, path):
                 os.close(fd)
                 continue
+            pause = self._pauses.of(name)
+            if pause is not None and pause.problem is None:
+                os.close(fd)
+                return pause
             duplicate = self._once_checks(fd, name, once, ttl)
             if duplicate is not None:
                 return duplicate
@@ -141,7 +153,7 @@ class LocalBackend:
             self._held[token] = fd
             self._slot_of[token] = slot
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
-                         slots=slots)
+                         slots=slots, pause_problem=pause.problem if pause is not None else None)
         return busy or Holder(name=name, slotted=True)
 
     def _once_checks(self, fd: int, name: str, once: OnceKey | None, ttl: float) -> Duplicate | None:
@@ -298,6 +310,17 @@ class LocalBackend:
                 st = os.fstat(fd)
                 held.add((st.st_dev, st.st_ino))
         return held
+
+    # -- pauses (docs/operating.md "Pausing a job") --------------------------------------------------
+
+    def pause(self, name: str, request: PauseRequest) -> Paused:
+        return self._pauses.pause(name, request)
+
+    def resume(self, name: str) -> bool:
+        return self._pauses.resume(name)
+
+    def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
+        return self._pauses.read(names)
 
     # -- inspection -------------------------------------------------------------------------------
 

@@ -265,3 +265,25 @@ local function heartbeat(key)
   redis.call('HSET', key, 'heartbeat_at', iso_utc(tonumber(t[1]), tonumber(t[2])))
 end
 """
+
+# pause_of(key): the name's pause (``lockrun pause``, docs/operating.md "Pausing a job"), which the
+# acquire scripts read under the lock they just took, in the same EVAL (no round trip of its own).
+# nil: none; {1, hash as a flat list}: a pause lockrun wrote (a hash with a numeric until_ms and an
+# expiry: PEXPIREAT its end); {0, why}: something else sits there, which is not honoured (the run
+# goes on and says so: a pause whose end nobody can read would silence the job for good). The key
+# is the lock key's sibling, as the wake list is: KEYS[1] (or KEYS[5] of a --slots acquire) with
+# ``paused`` for ``lock``, in the same hash slot.
+PAUSE_LUA = """
+local function pause_of(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return {0, 'a ' .. kind .. ', not a hash'} end
+  if not tonumber(redis.call('HGET', key, 'until_ms') or '') then return {0, 'a hash without until_ms'} end
+  if redis.call('PTTL', key) < 0 then return {0, 'a hash without an expiry'} end
+  return {1, redis.call('HGETALL', key)}
+end
+local function pause_problem(pause)
+  if pause and pause[1] == 0 then return pause[2] end
+  return ''
+end
+"""
