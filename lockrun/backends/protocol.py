@@ -94,6 +94,13 @@ class Backend(Protocol):
     def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
         """The recorded pauses of ``names`` (None: of every name), those that ended left out."""
 
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        """Each name's declared cadence as the backend keeps it (raw; Redis: the fleet-wide one),
+        {} where it keeps none (local: the ledger does)."""
+
+    def known_names(self) -> list[str]:
+        """Every name the backend knows of, held or not (Redis: the registry of names)."""
+
     def lock_names(self) -> list[str]:
         """Names of the held locks (shell completion)."""
 

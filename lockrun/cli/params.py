@@ -62,6 +62,7 @@ def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
 
 DURATION = Validated("DURATION", values.parse_duration)  # the same syntax, at most 100 years
 MIN_HOLD = Validated("DURATION", values.parse_min_hold)
+SCHEDULE = Validated("CRON", values.parse_schedule)
 LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 

@@ -76,3 +76,7 @@ MAX_PAUSE_S = 30 * 86400
 MAX_PAUSE_TEXT = days_text(MAX_PAUSE_S)  # "30d"
 #: `lockrun pause --reason`: at most this many characters (one line in status).
 MAX_PAUSE_REASON = 200
+
+#: `--grace`: how late a start declared by --every/--schedule may be before it is overdue.
+DEFAULT_GRACE_S = 300.0
+DEFAULT_GRACE_TEXT = "5m"

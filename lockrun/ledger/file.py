@@ -34,7 +34,7 @@ FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.D
 # must stay word for word as the ledgers have it, so a query of finished runs adds this clause.
 NOT_PAUSED = f"status != '{Status.PAUSED}'"
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
 LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
@@ -137,6 +137,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     8: (
         "ALTER TABLE runs ADD COLUMN pid_ns INTEGER",
         "ALTER TABLE runs ADD COLUMN machine_id TEXT",
+    ),
+    # Each name's declared cadence (--every/--schedule, --grace: docs/operating.md "Declaring a
+    # cadence"), as core/cadence stores it, and when it was first declared so: the newest wins.
+    9: (
+        """
+        CREATE TABLE IF NOT EXISTS cadences (
+            name        TEXT PRIMARY KEY,
+            declaration TEXT NOT NULL,
+            declared_at TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
     ),
 }
 

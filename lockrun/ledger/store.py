@@ -64,6 +64,7 @@ class RunRecord(NamedTuple):
     backend_from: str | None = None  # where that setting came from: --redis-url, LOCKRUN_REDIS_URL, a config file
     pid_ns: int | None = None  # None: this process's PID namespace
     machine_id: str | None = None  # None: this machine
+    cadence: str | None = None  # the run's declared cadence (core/cadence), kept with the name
 
 
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
@@ -170,7 +171,8 @@ class Ledger:
     # -- writes -------------------------------------------------------------------------
 
     def start(self, run: RunRecord) -> None:
-        self._write(
+        """The row "running"; and the run's declared cadence, when it changed, in the same transaction."""
+        row = (
             "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
             " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -193,6 +195,24 @@ class Ledger:
                 run.machine_id or this_host.machine_id() or None,
             ),
         )
+        if run.cadence is None:
+            self._write(*row)
+            return
+        # Written only when it changed (the newest declaration wins): most runs declare the same.
+        self._transaction(row, (
+            "INSERT INTO cadences (name, declaration, declared_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " SET declaration = excluded.declaration, declared_at = excluded.declared_at"
+            " WHERE cadences.declaration != excluded.declaration",
+            (run.name, run.cadence, run.started_at),
+        ))
+
+    def cadences(self, names: list[str] | None = None) -> dict[str, tuple[object, object]]:
+        """Each name's declared cadence as stored (declaration, declared_at), whoever wrote it."""
+        with self._connection() as db:
+            found = db.execute("SELECT name, declaration, declared_at FROM cadences").fetchall()
+        wanted = set(names) if names is not None else None
+        return {str(name): (declaration, declared_at) for name, declaration, declared_at in found
+                if wanted is None or name in wanted}
 
     def record_command_start(self, run_id: str, *, fencing_token: int, started_at: str, waited_s: float | None) -> None:
         """Noted as soon as the command runs, so that an abandoned run's row has it too: the

@@ -49,6 +49,9 @@ class RunFlags(NamedTuple):
     allow_eviction: bool
     keep_detached: bool
     tz_source: str = "--tz"  # or LOCKRUN_TZ: where --tz's zone came from, for the mismatch line
+    every: float | None = None  # --every: the declared cadence (docs/operating.md "Declaring a cadence")
+    schedule: str | None = None  # --schedule: a 5-field cron expression, in --tz
+    grace: float | None = None  # --grace
 
 
 def check_combinations(flags: RunFlags) -> None:
@@ -61,6 +64,10 @@ def check_combinations(flags: RunFlags) -> None:
         # would all find the period's work not done yet, and all do it.
         raise UsageError(f"--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
                          " run the same key's work at the same time")
+    if flags.every is not None and flags.schedule is not None:
+        raise UsageError("--every and --schedule cannot be combined: declare one cadence")
+    if flags.grace is not None and flags.every is None and flags.schedule is None:
+        raise UsageError("--grace widens a declared cadence: give --every or --schedule with it")
     if flags.once is not None and flags.once_per is not None:
         raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                          " start as the key; pick one")
@@ -84,6 +91,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
     if once_per is not None:
         once_key = once_key_for_period(once_per, zone=zone)
     replicas = replicas_for(resolved, flags.replicas)
+    cadence = declared_cadence(flags, resolved)
     if not resolved.redis_url:
         refuse_a_lock_held_in_the_old_place(resolved, name, flags.slots)
     options = RunOptions(
@@ -109,6 +117,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
         once_zone=zone,
         keep_detached=flags.keep_detached,
+        cadence=cadence,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(
@@ -125,6 +134,20 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         backend_where=resolved.backend_where,
         backend_from=resolved.backend_from,
     )
+
+
+def declared_cadence(flags: RunFlags, resolved: settings.Settings) -> str | None:
+    """The run's declaration as stored (core/cadence), or None: --every, or --schedule in the zone
+    --once would use (--tz, the config's timezone, else this host's local zone)."""
+    from lockrun.core.cadence import Cadence
+    from lockrun.core.defaults import DEFAULT_GRACE_S
+
+    grace = flags.grace if flags.grace is not None else DEFAULT_GRACE_S
+    if flags.every is not None:
+        return Cadence(every_s=flags.every, grace_s=grace).to_json()
+    if flags.schedule is not None:
+        return Cadence(schedule=flags.schedule, tz=once_zone(flags, resolved).name, grace_s=grace).to_json()
+    return None
 
 
 def once_zone(flags: RunFlags, resolved: settings.Settings) -> Zone:

@@ -56,6 +56,7 @@ class LeaseClient:
         report: Report,
         slots: int = 1,
         once: OnceKey | None = None,
+        cadence: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -64,6 +65,7 @@ class LeaseClient:
         self.name, self.ttl, self.slots, self.once = name, ttl, slots, once  # what each try asks for
         self.run_id, self.argv = run_id, argv  # what the holder record says of this run
         self.token = os.urandom(16).hex()  # from the kernel CSPRNG
+        self.cadence = cadence  # the declared cadence: the acquire script keeps it with the name
 
     def holder_info(self) -> dict[str, str]:
         """What the holder record says about this run (docs/redis.md "Redis keys")."""
@@ -83,6 +85,8 @@ class LeaseClient:
             # Which process "pid" is: a pid means something only in its PID namespace, on its machine.
             "pid_ns": str(host.pid_ns() or ""),
             "machine_id": host.machine_id(),
+            # docs/operating.md "Declaring a cadence": the acquire stores it with the name when it changed.
+            **({"cadence": self.cadence} if self.cadence else {}),
         }
 
     def acquire(

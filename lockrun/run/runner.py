@@ -91,6 +91,7 @@ class RunOptions(NamedTuple):
     call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
     once_zone: Zone | None = None  # the zone of a time-derived --once key (docs/guarantees.md "One zone per name")
     keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
+    cadence: str | None = None  # the declared cadence, as stored (core/cadence: --every/--schedule, --grace)
 
 
 class Run:
@@ -124,6 +125,7 @@ class Run:
         record = RunRecord(
             run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
             started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
+            cadence=options.cadence,
         )
         self.journal = RunJournal(ledger_path, record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
@@ -195,7 +197,7 @@ class Run:
                                 f" ({opts.once_zone.source})")
         lease_client = LeaseClient(
             backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
-            slots=opts.slots,
+            slots=opts.slots, cadence=opts.cadence,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
                          zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
         )

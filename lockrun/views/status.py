@@ -175,8 +175,8 @@ def lock_states(
         mine = _last_finished(ledger, name) if ledger is not None else None
         last_run = newer_run(mine, fleet_last.get(name))
         holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
-        for holder in holders:
-            entry = lock_entry(name, holder, last_run)
+        for one in holders:
+            entry = lock_entry(name, one, last_run)
             if name in pauses:
                 entry["paused"] = pauses[name].as_json()
             entries.append(entry)

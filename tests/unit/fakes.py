@@ -255,6 +255,12 @@ class FakeBackend(Backend):
     def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
         return {}
 
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        return {}
+
+    def known_names(self) -> list[str]:
+        return self.lock_names()
+
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         return [
             Holder.from_fields(name, held.info, token=held.token, ttl_remaining_s=held.expires_at - self.clock.now)

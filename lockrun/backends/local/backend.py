@@ -322,6 +322,15 @@ class LocalBackend:
     def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
         return self._pauses.read(names)
 
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        """Nothing: on this host-only backend the ledger keeps each name's cadence."""
+        return {}
+
+    def known_names(self) -> list[str]:
+        """The names with a lock file or a pause here (the ledger knows the rest)."""
+        names = {holder.name for holder in self.holders()}
+        return sorted(names | set(self.pauses()))
+
     # -- inspection -------------------------------------------------------------------------------
 
     def fleet_record(self) -> None:

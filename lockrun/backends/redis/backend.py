@@ -228,6 +228,18 @@ class RedisBackend:
     def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
         return self._pauses.read(names)
 
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        from lockrun.backends.redis.pauses import read_cadences
+
+        return read_cadences(self.connection, names)
+
+    def known_names(self) -> list[str]:
+        """Every name the registry knows (on a Cluster: every name with a lock, fleet record or pause key)."""
+        from lockrun.backends.redis.registry import NameRegistry
+
+        return sorted(NameRegistry(self.connection, self.fleet.keep_ms).names(("lock", "slots", "runs", "last",
+                                                                               "paused", "cadence")))
+
     # -- inspection -----------------------------------------------------------------
 
     def fleet_record(self) -> RedisFleetRecord:

@@ -49,6 +49,11 @@ class LockKeys(NamedTuple):
         return f"{self.base}:paused"
 
     @property
+    def cadence(self) -> str:
+        """The name's declared cadence (docs/operating.md "Declaring a cadence"), written by the acquire scripts."""
+        return f"{self.base}:cadence"
+
+    @property
     def once_tz(self) -> str:
         """The time zone the name's --once periods are computed in (docs/guarantees.md "One zone per name")."""
         return f"{self.base}:once_tz"

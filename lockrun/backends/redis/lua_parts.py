@@ -287,3 +287,23 @@ local function pause_problem(pause)
   return ''
 end
 """
+
+# declare_cadence(key, first, keep): the cadence a run declares (--every/--schedule, --grace; docs/
+# operating.md "Declaring a cadence"), an info pair ``cadence`` among ARGV[first..], kept with the
+# name in ``key`` (the lock key's sibling ``cadence``, as PAUSE_LUA's): written only when it
+# changed, so that a run that declares what the last one did costs the fleet record no memory;
+# its expiry follows the fleet record's (keep ms from the newest declaring run).
+CADENCE_LUA = """
+local function declare_cadence(key, first, keep)
+  for i = first, #ARGV - 1, 2 do
+    if ARGV[i] == 'cadence' then
+      if redis.pcall('GET', key) == ARGV[i + 1] then
+        redis.pcall('PEXPIRE', key, keep)
+      else
+        redis.pcall('SET', key, ARGV[i + 1], 'PX', keep)
+      end
+      return
+    end
+  end
+end
+"""

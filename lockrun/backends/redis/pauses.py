@@ -75,5 +75,22 @@ class RedisPauses:
         return found
 
 
+def read_cadences(connection: RedisConnection, names: list[str]) -> dict[str, object]:
+    """Each name's declared cadence as stored (raw: core/cadence parses it), pipelined in batches;
+    a key of another type reads as nothing declared."""
+    replies: list[Any] = []
+
+    def run() -> None:
+        for start in range(0, len(names), SCAN_BATCH):
+            pipe = connection.client.pipeline(transaction=False)
+            for name in names[start : start + SCAN_BATCH]:
+                pipe.get(lock_keys(connection.prefix, name).cadence)
+            replies.extend(pipe.execute(raise_on_error=False))
+
+    connection.call(run)
+    return {name: reply for name, reply in zip(names, replies, strict=True)
+            if reply is not None and not isinstance(reply, Exception)}
+
+
 def _key(field: object) -> str:
     return field.decode("utf-8", "replace") if isinstance(field, bytes) else str(field)

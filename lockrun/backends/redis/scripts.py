@@ -14,6 +14,7 @@ from lockrun.backends.pause import PauseRequest
 from lockrun.backends.redis.keys import LockKeys
 from lockrun.backends.redis.lua_parts import (
     ACQUIRE_CHECKS_LUA,
+    CADENCE_LUA,
     FLEET_COMMON_LUA,
     FLEET_END_LUA,
     FLEET_START_LUA,
@@ -49,7 +50,7 @@ from lockrun.core.record import row_json_parts, tail_for_fleet
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly).
 # INCRBY 0 reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + """
+ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
@@ -82,6 +83,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   record_start(KEYS[8], KEYS[9], ARGV[5], fence, 9, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
+  declare_cadence(string.sub(KEYS[1], 1, -5) .. 'cadence', 9, ARGV[5])
   return {1, fence, evicting_policy(evicts), pause_problem(pause)}
 end
 if ARGV[3] == '1' then
@@ -161,7 +163,7 @@ return 0
 # another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + """
+SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
@@ -209,6 +211,7 @@ redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpac
 heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
 record_start(KEYS[8], KEYS[9], ARGV[6], fence, 10, now, n)
+declare_cadence(string.sub(KEYS[5], 1, -5) .. 'cadence', 10, ARGV[6])
 return {1, fence, evicting_policy(evicts), pause_problem(pause)}
 """
 
