@@ -206,6 +206,13 @@ class Ledger:
             (run.name, run.cadence, run.started_at),
         ))
 
+    def known_names(self) -> list[str]:
+        """Every name this ledger has a finished run or a declared cadence of (small tables: no walk
+        of the runs)."""
+        with self._connection() as db:
+            found = db.execute("SELECT name FROM run_counts UNION SELECT name FROM cadences").fetchall()
+        return sorted({str(name) for (name,) in found})
+
     def cadences(self, names: list[str] | None = None) -> dict[str, tuple[object, object]]:
         """Each name's declared cadence as stored (declaration, declared_at), whoever wrote it."""
         with self._connection() as db:
