@@ -56,7 +56,8 @@ class DueFields(NamedTuple):
 
 def due_fields(found: Declared, starts: Sequence[object], paused: bool, now: datetime | None = None) -> DueFields:
     """The declaration judged against the newest of ``starts`` (ISO times; a holder's and the last
-    run's) at ``now``: its next due time, and how overdue (a paused name never is)."""
+    run's) at ``now``: its next due time, and how overdue (``paused``: never; a name that is paused,
+    or held by a run in progress)."""
     texts = [start for start in starts if isinstance(start, str) and start]
     due = judge(found.cadence, max(texts) if texts else None, found.declared_at, now or datetime.now(timezone.utc),
                 paused=paused)

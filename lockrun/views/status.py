@@ -209,9 +209,11 @@ def add_due_times(entries: list[LockEntry], declared: dict[str, health.Declared]
         if found is None:
             continue
         paused = any(entry["paused"] and not entry["paused"].get("problem") for entry in group)
+        # A run in progress is the job doing its work (a long one is check's WARNING, not overdue).
+        running = any(entry["state"] in ("held", "cooling") for entry in group)
         last = group[0]["last_run"]
         starts = [entry["started_at"] for entry in group] + [last.get("started_at") if last else None]
-        fields = health.due_fields(found, starts, paused)
+        fields = health.due_fields(found, starts, paused or running)
         for entry in group:
             entry["cadence"], entry["next_due"], entry["overdue_s"] = fields
 
