@@ -128,3 +128,31 @@ def test_due_times_and_overdue():
                    ' "tz": "Mars/Base"}', "x" * 600, b"\xff", None, 12):
         assert parse_cadence(stored) is None, stored
     assert parse_cadence(Cadence(every_s=90, grace_s=0).to_json()) == Cadence(every_s=90, grace_s=0)
+
+
+def test_metrics_gauges_for_due_times_and_pauses(any_env):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert run_lockrun(any_env, "-n", "hourly", "--every", "1h", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "-n", "late", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "-n", "held-off", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "-n", "plain", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "pause", "held-off", "--for", "1h").returncode == 0
+
+    def gauges(*args):
+        result = run_lockrun(any_env, "metrics", *args)
+        assert result.returncode == 0, result.stderr
+        found: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(result.stdout):
+            for sample in family.samples:
+                found.setdefault(sample.name, {})[sample.labels.get("name", "")] = sample.value
+        return found
+
+    wait_until(lambda: gauges()["lockrun_overdue"].get("late") == 1, what="late to be overdue")
+    for args in ([], ["--fleet"]) if "LOCKRUN_REDIS_URL" in any_env else ([],):
+        found = gauges(*args)
+        assert found["lockrun_overdue"] == {"hourly": 0, "late": 1, "held-off": 0}, args  # paused: never overdue
+        assert found["lockrun_paused"] == {"hourly": 0, "late": 0, "held-off": 1, "plain": 0}, args
+        due = found["lockrun_next_due_timestamp_seconds"]
+        assert set(due) == {"hourly", "late", "held-off"}
+        assert abs(due["hourly"] - found["lockrun_last_run_timestamp_seconds"]["hourly"] - 3600) < 1

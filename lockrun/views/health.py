@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.core.cadence import Cadence, judge, parse_cadence
 from lockrun.core.clock import ISO_FORMAT
-from lockrun.core.errors import LedgerError
+from lockrun.core.errors import BackendUnavailable, LedgerError
 
 if TYPE_CHECKING:
     from lockrun.backends.protocol import Backend
+    from lockrun.config.settings import Settings
+    from lockrun.ledger.metrics import JobFacts
     from lockrun.ledger.store import Ledger
 
 
@@ -64,3 +66,45 @@ def due_fields(found: Declared, starts: Sequence[object], paused: bool, now: dat
     return DueFields(cadence_json(found.cadence),
                      due.next_due.strftime(ISO_FORMAT) if due.next_due is not None else None,
                      round(due.overdue_s, 3) if due.overdue_s is not None else None)
+
+
+def with_due_times(resolved: Settings, facts: list[JobFacts], ledger: Ledger | None) -> list[JobFacts]:
+    """``lockrun metrics``' facts with each name's pause, next due start and overdue: the pauses and
+    (with Redis) the fleet-wide declarations from the backend, the ledger's declarations else. A
+    backend that cannot be asked leaves those gauges out (the ledger's metrics still matter)."""
+    from lockrun.backends.connect import open_backend
+
+    names = [job.name for job in facts]
+    if not names:
+        return facts
+    pauses: dict[str, Any] | None = None
+    backend_cadences: dict[str, object] = {}
+    try:
+        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+        try:
+            pauses = backend.pauses(names)
+            backend_cadences = backend.cadences(names)
+        finally:
+            backend.close()
+    except BackendUnavailable:
+        pauses = None
+    stored: dict[str, tuple[object, object]] = {}
+    if ledger is not None:
+        try:
+            stored = ledger.cadences(names)
+        except LedgerError:
+            stored = {}
+    found = []
+    for job in facts:
+        paused = None if pauses is None else (job.name in pauses and not pauses[job.name].problem)
+        text, declared_at = stored.get(job.name, (None, None))
+        fleet_cadence = parse_cadence(backend_cadences.get(job.name))
+        cadence = fleet_cadence or parse_cadence(text)
+        if cadence is None:
+            found.append(job._replace(paused=paused))
+            continue
+        due = judge(cadence, (job.last or {}).get("started_at"), None if fleet_cadence else declared_at,
+                    datetime.now(timezone.utc), paused=bool(paused))
+        found.append(job._replace(paused=paused, next_due_at=due.next_due.timestamp() if due.next_due else None,
+                                  overdue=due.overdue_s is not None if due.next_due else None))
+    return found
