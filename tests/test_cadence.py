@@ -156,3 +156,44 @@ def test_metrics_gauges_for_due_times_and_pauses(any_env):
         due = found["lockrun_next_due_timestamp_seconds"]
         assert set(due) == {"hourly", "late", "held-off"}
         assert abs(due["hourly"] - found["lockrun_last_run_timestamp_seconds"]["hourly"] - 3600) < 1
+
+
+def test_the_timeline_marks_missed_starts(any_env, tmp_path):
+    """A start due by --every that passed (grace and all) with nothing started is a '!' in its lane,
+    and a red mark with a tooltip in the SVG; a name without a declaration gets none."""
+    assert run_lockrun(any_env, "-n", "tick", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "-n", "plain", "--", "true").returncode == 0
+    fleet = ["--fleet"] if "LOCKRUN_REDIS_URL" in any_env else []
+
+    def lane(name):
+        result = run_lockrun(any_env, "timeline", "--since", "30s", "--width", "100", *fleet)
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if line.startswith(name)), result.stdout
+
+    wait_until(lambda: "!" in lane("tick")[0], what="a missed start")
+    tick, text = lane("tick")
+    assert "! missed start" in text  # the legend names it once it is drawn
+    assert "!" not in lane("plain")[0].split("|")[1]
+    svg = tmp_path / "t.svg"
+    assert run_lockrun(any_env, "timeline", "--since", "30s", "--svg", str(svg), *fleet).returncode == 0
+    drawn = svg.read_text()
+    assert drawn.count('class="missed"') >= 1 and "missed start" in drawn and "nothing started" in drawn
+    # a start catches up: nothing after it is missed until its own due time passes
+    assert run_lockrun(any_env, "-n", "tick", "--every", "1h", "--", "true").returncode == 0
+    right_end = lane("tick")[0].split("|")[1][-3:]
+    assert "!" not in right_end
+
+
+def test_missed_starts_of_a_schedule():
+    from lockrun.views import timeline as tl
+    from lockrun.views.timeline_missed import missed_starts
+
+    since = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
+    window = tl.Window(since, since + timedelta(hours=6), since + timedelta(hours=6))
+    hourly = Cadence(schedule="0 * * * *", tz="UTC", grace_s=120)
+    starts = [f"2026-12-01T0{hour}:00:30.000000Z" for hour in (1, 2, 4)]  # 03:00 and 05:00 missed
+    missed = missed_starts(hourly, starts, window)
+    assert missed == ["2026-12-01T03:00:00.000000Z", "2026-12-01T05:00:00.000000Z"]
+    every = Cadence(every_s=3600, grace_s=120)
+    assert missed_starts(every, starts, window) == ["2026-12-01T03:00:30.000000Z", "2026-12-01T05:00:30.000000Z"]
+    assert missed_starts(hourly, [], window) == []  # nothing known to count from

@@ -9,13 +9,17 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lockrun.core.cadence import Cadence, parse_cadence
+from lockrun.core.errors import BackendUnavailable, LedgerError
 from lockrun.system.host import hostname
 from lockrun.views import sources, timeline_charts
 from lockrun.views import timeline as tl
 from lockrun.views.reading import open_ledger_for_reading
+from lockrun.views.timeline_missed import with_missed
 
 if TYPE_CHECKING:
     from lockrun.config.settings import Settings
+    from lockrun.ledger.store import Ledger
 
 
 class TimelineView(NamedTuple):
@@ -37,13 +41,40 @@ def timeline_view(
         rows = sources.fleet_rows_in(resolved, window, names)
         lanes = tl.lanes_from_rows(rows, window, host=host, by_host=by_host)
         labels = [tl.label(lane.name, lane.host) for lane in lanes]
-        yield TimelineView(labels, tl.layout(lanes, window), "the fleet record (every host)")
+        declared = _cadences(resolved, None, sorted({lane.name for lane in lanes}))
+        yield TimelineView(labels, with_missed(tl.layout(lanes, window), declared, window),
+                           "the fleet record (every host)")
         return
     book = open_ledger_for_reading(resolved.ledger_path)
     try:
         labels, charts = sources.ledger_timeline(book, window, names, host, by_host, per_run_below=per_run_below)
         details = timeline_charts.run_details(book, host) if with_details and book is not None else None
-        yield TimelineView(labels, charts, f"the ledger of {hostname()}", details)
+        declared = _cadences(resolved, book, None) if host is None and not by_host else {}
+        yield TimelineView(labels, with_missed(charts, declared, window), f"the ledger of {hostname()}", details)
     finally:
         if book is not None:
             book.close()
+
+
+def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) -> dict[str, tuple[Cadence, object]]:
+    """The declared cadences to mark missed starts by: the fleet-wide ones (``book`` None: the
+    fleet record's timeline), else this host's ledger's; none that cannot be read."""
+    if book is not None:
+        try:
+            stored = book.cadences(names)
+        except LedgerError:
+            return {}
+        parsed = {name: (parse_cadence(text), declared_at) for name, (text, declared_at) in stored.items()}
+        return {name: (cadence, at) for name, (cadence, at) in parsed.items() if cadence is not None}
+    from lockrun.backends.connect import open_backend
+
+    try:
+        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+        try:
+            raw = backend.cadences(names or [])
+        finally:
+            backend.close()
+    except BackendUnavailable:
+        return {}
+    found = {name: parse_cadence(value) for name, value in raw.items()}
+    return {name: (cadence, None) for name, cadence in found.items() if cadence is not None}
