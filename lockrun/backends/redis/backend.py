@@ -217,7 +217,7 @@ class RedisBackend:
     def _pauses(self) -> RedisPauses:
         from lockrun.backends.redis.pauses import RedisPauses
 
-        return RedisPauses(self.connection, self.fleet.keep_ms, self.registry_key)
+        return RedisPauses(self.connection, self.fleet.keep_ms, self.registry_key, self.inspection.registry)
 
     def pause(self, name: str, request: PauseRequest) -> Paused:
         return self._pauses.pause(name, request)
@@ -229,16 +229,11 @@ class RedisBackend:
         return self._pauses.read(names)
 
     def cadences(self, names: list[str]) -> dict[str, object]:
-        from lockrun.backends.redis.pauses import read_cadences
-
-        return read_cadences(self.connection, names)
+        return self._pauses.cadences(names)
 
     def known_names(self) -> list[str]:
         """Every name the registry knows (on a Cluster: every name with a lock, fleet record or pause key)."""
-        from lockrun.backends.redis.registry import NameRegistry
-
-        return sorted(NameRegistry(self.connection, self.fleet.keep_ms).names(("lock", "slots", "runs", "last",
-                                                                               "paused", "cadence")))
+        return sorted(self.inspection.registry.names(("lock", "slots", "runs", "last", "paused", "cadence")))
 
     # -- inspection -----------------------------------------------------------------
 

@@ -20,10 +20,17 @@ from lockrun.core.readers import written_by_others
 
 
 class RedisPauses:
-    def __init__(self, connection: RedisConnection, keep_ms: int, registry: str | None) -> None:
+    """Pauses, and the declared cadences read with them: ``status`` asks for both of the same names,
+    and gets them from one script call per batch (READ_PRESENT_SCRIPT)."""
+
+    def __init__(self, connection: RedisConnection, keep_ms: int, registry: str | None,
+                 names: NameRegistry | None = None) -> None:
         self._connection = connection
         self._keep_ms = keep_ms
         self._registry = registry
+        self._names = names or NameRegistry(connection, keep_ms)  # the inspection's: the registry read once
+        self._cadences: dict[str, object] = {}  # read beside the pauses, by name
+        self._cadences_read: set[str] = set()
 
     def pause(self, name: str, request: PauseRequest) -> Paused:
         reply = self._connection.eval(pause_call(lock_keys(self._connection.prefix, name), request, self._keep_ms,
@@ -44,9 +51,13 @@ class RedisPauses:
             if connection.is_cluster:
                 names = sorted(connection.call(lambda: scan_names(connection.client, connection.prefix, ("paused",))))
             else:
-                names = sorted(NameRegistry(connection, self._keep_ms).names(("paused",)))
+                names = sorted(self._names.names(("paused",)))
+        present = present_keys(connection, names, ("paused", "cadence"))
+        self._keep_cadences(names, present)
         found: dict[str, Paused] = {}
-        for name, (kind, value, pttl) in present_keys(connection, names, "paused").items():
+        for (name, kind_of_key), (kind, value, pttl) in present.items():
+            if kind_of_key != "paused":
+                continue
             key = lock_keys(connection.prefix, name).paused
             if kind != "hash":
                 found[name] = Paused(name=name, problem=written_by_others(f"{key} is a {kind}, not a hash"))
@@ -59,6 +70,20 @@ class RedisPauses:
                 problem = written_by_others(f"{key} has no expiry")
             found[name] = Paused.from_fields(name, fields, problem)
         return found
+
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        """Each name's declared cadence as stored (raw: core/cadence parses it); a key of another
+        type reads as nothing declared. Those read beside the pauses are not read again."""
+        unread = [name for name in names if name not in self._cadences_read]
+        if unread:
+            self._keep_cadences(unread, present_keys(self._connection, unread, ("cadence",)))
+        return {name: self._cadences[name] for name in names if name in self._cadences}
+
+    def _keep_cadences(self, names: list[str], present: dict[tuple[str, str], tuple[str, Any, Any]]) -> None:
+        self._cadences_read.update(names)
+        for (name, kind_of_key), (kind, value, _pttl) in present.items():
+            if kind_of_key == "cadence" and kind == "string":
+                self._cadences[name] = value
 
 
 # Which of KEYS exist, and what they hold, in one reply that is small when few do (most names have
@@ -79,11 +104,14 @@ return out
 """
 
 
-def present_keys(connection: RedisConnection, names: list[str], kind: str) -> dict[str, tuple[str, Any, Any]]:
-    """For each name whose ``kind`` key (``paused``, ``cadence``) exists: (its type, its value, its
-    PTTL); one script call per batch of names (a pipeline of TYPE, HGETALL/GET and PTTL on a Cluster)."""
-    keys = [getattr(lock_keys(connection.prefix, name), kind) for name in names]
-    found: dict[str, tuple[str, Any, Any]] = {}
+def present_keys(connection: RedisConnection, names: list[str],
+                 kinds: tuple[str, ...]) -> dict[tuple[str, str], tuple[str, Any, Any]]:
+    """For each name and each of its ``kinds`` of key (``paused``, ``cadence``) that exists: (its
+    type, its value, its PTTL); one script call per batch of keys (a pipeline of TYPE, HGETALL/GET
+    and PTTL on a Cluster)."""
+    wanted = [(name, kind) for name in names for kind in kinds]
+    keys = [getattr(lock_keys(connection.prefix, name), kind) for name, kind in wanted]
+    found: dict[tuple[str, str], tuple[str, Any, Any]] = {}
 
     def run() -> None:
         for start in range(0, len(keys), SCAN_BATCH):
@@ -91,14 +119,14 @@ def present_keys(connection: RedisConnection, names: list[str], kind: str) -> di
             if not connection.is_cluster:
                 for entry in connection.client.eval(READ_PRESENT_SCRIPT, len(batch), *batch):
                     index, what, value, pttl = entry
-                    found[names[start + int(index) - 1]] = (text(what), value, pttl)
+                    found[wanted[start + int(index) - 1]] = (text(what), value, pttl)
                 continue
             pipe = connection.client.pipeline(transaction=False)
             for key in batch:
                 pipe.type(key)
-            kinds = [text(reply) for reply in pipe.execute(raise_on_error=False)]
+            kinds_found = [text(reply) for reply in pipe.execute(raise_on_error=False)]
             pipe = connection.client.pipeline(transaction=False)
-            present = [(i, what) for i, what in enumerate(kinds) if what not in ("none", "")]
+            present = [(i, what) for i, what in enumerate(kinds_found) if what not in ("none", "")]
             for i, what in present:
                 if what == "hash":
                     pipe.hgetall(batch[i])
@@ -111,17 +139,10 @@ def present_keys(connection: RedisConnection, names: list[str], kind: str) -> di
             for (i, what), value, pttl in zip(present, replies[0::2], replies[1::2], strict=True):
                 if isinstance(value, dict):  # the pipeline's HGETALL: as the script's flat list
                     value = [item for pair in value.items() for item in pair]
-                found[names[start + i]] = (what, value if what in ("hash", "string") else "", pttl)
+                found[wanted[start + i]] = (what, value if what in ("hash", "string") else "", pttl)
 
     connection.call(run)
     return found
-
-
-def read_cadences(connection: RedisConnection, names: list[str]) -> dict[str, object]:
-    """Each name's declared cadence as stored (raw: core/cadence parses it); a key of another type
-    reads as nothing declared."""
-    return {name: value for name, (kind, value, _pttl) in present_keys(connection, names, "cadence").items()
-            if kind == "string"}
 
 
 def _key(field: object) -> str:
