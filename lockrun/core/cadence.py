@@ -15,6 +15,7 @@ A name is overdue once its due time plus the grace has passed with no start; a p
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -71,6 +72,12 @@ def parse_cadence(text: object) -> Cadence | None:
         text = text.decode("utf-8", "replace")
     if not isinstance(text, str) or len(text) > MAX_DECLARATION:
         return None
+    return _parsed(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Cadence | None:
+    """:func:`parse_cadence` of one text: many names declare the same, and a schedule is checked by cronsim."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):

@@ -38,9 +38,10 @@ def declared_cadences(backend: Backend, ledger: Ledger | None, names: list[str])
     found: dict[str, Declared] = {}
     for name in names:
         text, declared_at = stored.get(name, (None, None))
-        cadence = parse_cadence(fleet.get(name)) or parse_cadence(text)
+        fleet_cadence = parse_cadence(fleet.get(name))
+        cadence = fleet_cadence or parse_cadence(text)
         if cadence is not None:
-            found[name] = Declared(cadence, declared_at if parse_cadence(fleet.get(name)) is None else None)
+            found[name] = Declared(cadence, declared_at if fleet_cadence is None else None)
     return found
 
 
