@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -68,9 +69,16 @@ def test_a_pause_never_stops_a_running_command_and_unlock_never_ends_a_pause(any
     assert run_lockrun(any_env, "pause", "job", "--for", "1h").returncode == 0
     held = status_json(any_env, "job")["job"]
     assert held["state"] == "held" and held["paused"] is not None  # the pause did not touch the lock
+    # a run of the paused name neither waits for the holder nor asks it to stop: a paused skip
+    for argv in (("--wait", "60"), ("--replace",), ()):
+        started = time.monotonic()
+        skipped = run_lockrun(any_env, "-n", "job", *argv, "--", "true")
+        assert (skipped.returncode, skipped.stderr) == (0, "") and time.monotonic() - started < 20, argv
+    assert [row["status"] for row in history(any_env, "job")[:3]] == ["paused"] * 3
+    assert proc.poll() is None and status_json(any_env, "job")["job"]["state"] == "held"
     go.touch()
     assert proc.wait(timeout=30) == 0 and done.exists()
-    assert history(any_env, "job")[0]["status"] == "succeeded"
+    assert [row["status"] for row in history(any_env, "job")] == ["paused"] * 3 + ["succeeded"]
 
     # unlock --force of a holder leaves the pause alone
     proc = spawn_lockrun(any_env, "-n", "job2", "--ttl", "3", "--", "sleep", "30")

@@ -81,7 +81,7 @@ class LocalBackend:
                 os.close(fd)
                 if holder is None:
                     continue  # released between our try and our look: try again
-                return holder
+                return self._paused(name) or holder
             if not same_file(fd, path):
                 os.close(fd)  # unlinked by unlock --force after we opened it: not the lock any more
                 continue
@@ -89,7 +89,7 @@ class LocalBackend:
             still_cooling = cooling(name, previous)
             if still_cooling is not None:
                 os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
-                return still_cooling
+                return self._paused(name) or still_cooling
             pause = self._pauses.of(name)  # under the lock, as the Redis acquire reads it
             if pause is not None and pause.problem is None:
                 os.close(fd)
@@ -154,7 +154,13 @@ class LocalBackend:
             self._slot_of[token] = slot
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
                          slots=slots, pause_problem=pause.problem if pause is not None else None)
-        return busy or Holder(name=name, slotted=True)
+        return self._paused(name) or busy or Holder(name=name, slotted=True)
+
+    def _paused(self, name: str) -> Paused | None:
+        """The pause of a busy name (a run of a paused name neither waits nor asks a holder to stop,
+        as in Redis); None when it is not paused, or its pause is malformed (then: busy)."""
+        pause = self._pauses.of(name)
+        return pause if pause is not None and pause.problem is None else None
 
     def _once_checks(self, fd: int, name: str, once: OnceKey | None, ttl: float) -> Duplicate | None:
         """Under the lock just taken: the name's zone (a mismatch raises) and the --once key's mark

@@ -41,7 +41,8 @@ from lockrun.core.record import row_json_parts, tail_for_fleet
 # the policy of a server that may evict and was allowed to, '?' when it could not tell, else '');
 # {2} when the --once key (KEYS[10]) is already done, in which case the lock is given straight
 # back; {3, pause-hash-as-flat-list} when the name is paused (PAUSE_LUA: read under the lock just
-# taken, which is given straight back; counted as 'paused'); a taken lock's reply carries, 4th,
+# taken, which is given straight back, or beside the holder of a busy one: a paused name's run
+# neither waits nor asks a holder to stop; counted as 'paused'); a taken lock's reply carries, 4th,
 # what sits at the pause key when it is no pause lockrun wrote ('' when none);
 # {-1, n} when the name is in use with --slots n; {-2, policy, maxmemory, why} when the
 # server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when the name's --once
@@ -85,6 +86,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   record_start(KEYS[8], KEYS[9], ARGV[5], fence, 9, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
   declare_cadence(string.sub(KEYS[1], 1, -5) .. 'cadence', 9, ARGV[5])
   return {1, fence, evicting_policy(evicts), pause_problem(pause)}
+end
+local paused = pause_of(string.sub(KEYS[1], 1, -5) .. 'paused')  -- a busy name that is paused: a paused skip
+if paused and paused[1] == 1 then
+  record_count(KEYS[7], KEYS[9], ARGV[5], 'paused')
+  return {3, paused[2]}
 end
 if ARGV[3] == '1' then
   record_count(KEYS[7], KEYS[9], ARGV[5], 'busy')
@@ -182,6 +188,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= n then
+  local paused = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
+  if paused and paused[1] == 1 then
+    record_count(KEYS[7], KEYS[9], ARGV[6], 'paused')
+    return {3, paused[2]}
+  end
   if ARGV[4] == '1' then
     record_count(KEYS[7], KEYS[9], ARGV[6], 'busy')
   end
