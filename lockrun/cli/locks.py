@@ -44,7 +44,9 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool, every_name
     its heartbeat has missed two renewals by the Redis server's clock; a local
     lock's holder never is. A lock whose record lockrun did not
     write is malformed, with the reason. A Redis that may evict keys
-    (maxmemory-policy) is named in a warning line. Exits 69 when the backend is
+    (maxmemory-policy) is named in a warning line. Paused names (lockrun pause)
+    are listed, held or not; --all lists every name lockrun knows, with its
+    next due start and how overdue it is (--every/--schedule). Exits 69 when the backend is
     unreachable, after printing what the ledger knows. When this host's recent
     runs used another backend than this shell, one line on stderr says how
     they were configured (status, history and unlock alike).
