@@ -4,28 +4,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import NoReturn
 
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
-from lockrun.cli.params import LOCK_NAME, Validated, seconds_type
-from lockrun.config import values
+from lockrun.cli.params import LOCK_NAME, PAUSE_FOR, PAUSE_REASON, PAUSE_UNTIL
 from lockrun.core import defaults
-
-PAUSE_FOR = seconds_type()
-PAUSE_FOR.validate = lambda value, what: values.parse_seconds(value, what, maximum=defaults.MAX_PAUSE_S)
-REASON = Validated("TEXT", values.validate_pause_reason)
-
-
-def _until(value: str, what: str) -> float:
-    from lockrun.config.moments import parse_pause_end
-
-    return parse_pause_end(value, what, time.time(), defaults.MAX_PAUSE_S)
-
-
-PAUSE_UNTIL = Validated("TIME", _until)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -36,7 +21,7 @@ PAUSE_UNTIL = Validated("TIME", _until)
 @click.option("--until", "until_epoch_s", type=PAUSE_UNTIL, metavar="TIME",
               help=f"Pause until TIME (14:00, 2026-12-24, 2026-12-24T06:00:00Z; local time without an offset; at "
                    f"most {defaults.MAX_PAUSE_TEXT} ahead).")
-@click.option("--reason", default="", metavar="TEXT",  type=REASON,
+@click.option("--reason", default="", metavar="TEXT", type=PAUSE_REASON,
               help=f"Why (one line, at most {defaults.MAX_PAUSE_REASON} characters): status and check show it.")
 @global_options
 @click.pass_context

@@ -151,12 +151,10 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
     success_at, success_host = success if success else (None, None)
     age = age_s(success_at, now) if success_at else None
     first = entries[0] if entries else None
-    known = first is not None and any((first["last_run"], first["cadence"], first["paused"],
-                                       any(entry["state"] != "free" for entry in entries)))
-    if not known:
+    if first is None or not any((first["last_run"], first["cadence"], first["paused"],
+                                 any(entry["state"] != "free" for entry in entries))):
         reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else "no record"
         return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
-    assert first is not None
     cadence = first["cadence"]
     critical_age = _critical_age(cadence, max_age_s)
     since = _since(age, success_host)

@@ -5,6 +5,7 @@ and the line it answers with. A pause never touches the lock, ``unlock`` never t
 from __future__ import annotations
 
 import getpass
+import os
 from typing import TYPE_CHECKING
 
 from lockrun.backends.pause import PauseRequest
@@ -19,8 +20,6 @@ def who_pauses() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container): its number
-        import os
-
         return str(os.getuid())
 
 

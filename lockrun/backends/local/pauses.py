@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -29,8 +30,6 @@ PAUSE_FILE_LIMIT = 64 * 1024  # a pause lockrun writes is a few hundred bytes
 
 
 def _iso(epoch_s: float) -> str:
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(epoch_s, timezone.utc).strftime(ISO_FORMAT)
 
 
