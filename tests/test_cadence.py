@@ -197,3 +197,19 @@ def test_missed_starts_of_a_schedule():
     every = Cadence(every_s=3600, grace_s=120)
     assert missed_starts(every, starts, window) == ["2026-12-01T03:00:30.000000Z", "2026-12-01T05:00:30.000000Z"]
     assert missed_starts(hourly, [], window) == []  # nothing known to count from
+
+
+def test_a_name_paused_now_has_missed_nothing_since(any_env):
+    assert run_lockrun(any_env, "-n", "tick", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "pause", "tick", "--for", "1h").returncode == 0
+    fleet = ["--fleet"] if "LOCKRUN_REDIS_URL" in any_env else []
+    due = datetime.fromisoformat(every_name(any_env)["tick"]["next_due"][:-1]).replace(tzinfo=timezone.utc)
+    # two due times past their grace: missed starts, but for the pause
+    wait_until(lambda: datetime.now(timezone.utc) > due + timedelta(seconds=1.5), what="two due times to pass")
+    result = run_lockrun(any_env, "timeline", "--since", "30s", "--width", "100", *fleet)
+    lane = next(line for line in result.stdout.splitlines() if line.startswith("tick"))
+    assert "!" not in lane.split("|")[1] and "missed start" not in result.stdout
+    assert run_lockrun(any_env, "resume", "tick").returncode == 0
+    wait_until(lambda: "!" in next(line for line in run_lockrun(
+        any_env, "timeline", "--since", "30s", "--width", "100", *fleet).stdout.splitlines()
+        if line.startswith("tick")).split("|")[1], what="the missed starts to show once resumed")

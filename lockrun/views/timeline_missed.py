@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from lockrun.core.cadence import Cadence, due_after
 from lockrun.core.clock import parse_iso
@@ -50,7 +51,17 @@ def missed_starts(cadence: Cadence, starts: list[str], window: tl.Window, declar
     return [tl.iso(moment) for moment in found]
 
 
-def with_missed(charts: Iterable[tl.LaneChart], cadences: dict[str, tuple[Cadence, object]],
+class LaneCadence(NamedTuple):
+    """A lane's declared cadence, when it was declared so (the ledger's; None from the fleet record),
+    and since when the name is paused (the fleet record keeps no entry of a paused skip, so a name
+    paused now missed nothing since; None: not paused)."""
+
+    cadence: Cadence
+    declared_at: object = None
+    quiet_since: str | None = None
+
+
+def with_missed(charts: Iterable[tl.LaneChart], cadences: dict[str, LaneCadence],
                 window: tl.Window) -> Iterator[tl.LaneChart]:
     """Each chart with its missed starts (a lane of a whole name with a declared cadence), as they come."""
     for chart in charts:
@@ -60,4 +71,7 @@ def with_missed(charts: Iterable[tl.LaneChart], cadences: dict[str, tuple[Cadenc
             continue
         starts = sorted([start for track in chart.tracks for start in track.starts]
                         + [mark[0] for mark in chart.marks if isinstance(mark[0], str)])
-        yield chart._replace(missed=tuple(missed_starts(declared[0], starts, window, declared[1])))
+        missed = missed_starts(declared.cadence, starts, window, declared.declared_at)
+        if declared.quiet_since:
+            missed = [due for due in missed if due < declared.quiet_since]
+        yield chart._replace(missed=tuple(missed))

@@ -9,13 +9,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lockrun.core.cadence import Cadence, parse_cadence
+from lockrun.backends.pause import Paused
+from lockrun.core.cadence import parse_cadence
 from lockrun.core.errors import BackendUnavailable, LedgerError
 from lockrun.system.host import hostname
 from lockrun.views import sources, timeline_charts
 from lockrun.views import timeline as tl
 from lockrun.views.reading import open_ledger_for_reading
-from lockrun.views.timeline_missed import with_missed
+from lockrun.views.timeline_missed import LaneCadence, with_missed
 
 if TYPE_CHECKING:
     from lockrun.config.settings import Settings
@@ -56,25 +57,37 @@ def timeline_view(
             book.close()
 
 
-def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) -> dict[str, tuple[Cadence, object]]:
+def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) -> dict[str, LaneCadence]:
     """The declared cadences to mark missed starts by: the fleet-wide ones (``book`` None: the
-    fleet record's timeline), else this host's ledger's; none that cannot be read."""
+    fleet record's timeline), else this host's ledger's; none that cannot be read. A name paused
+    now missed nothing since its pause began (the fleet record keeps no entry of a paused skip,
+    and nothing may have fired here meanwhile)."""
+    from lockrun.backends.connect import open_backend
+
+    stored: dict[str, tuple[object, object]] = {}
     if book is not None:
         try:
             stored = book.cadences(names)
         except LedgerError:
             return {}
-        parsed = {name: (parse_cadence(text), declared_at) for name, (text, declared_at) in stored.items()}
-        return {name: (cadence, at) for name, (cadence, at) in parsed.items() if cadence is not None}
-    from lockrun.backends.connect import open_backend
-
+    pauses: dict[str, Paused] = {}
+    raw: dict[str, object] = {}
     try:
         backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
         try:
-            raw = backend.cadences(names or [])
+            pauses = backend.pauses(names)
+            if book is None:
+                raw = backend.cadences(names or [])
         finally:
             backend.close()
     except BackendUnavailable:
-        return {}
-    found = {name: parse_cadence(value) for name, value in raw.items()}
-    return {name: (cadence, None) for name, cadence in found.items() if cadence is not None}
+        if book is None:
+            return {}
+    declared = ({name: (parse_cadence(text), at) for name, (text, at) in stored.items()} if book is not None
+                else {name: (parse_cadence(value), None) for name, value in raw.items()})
+    return {name: LaneCadence(cadence, at, _pause_began(pauses.get(name)))
+            for name, (cadence, at) in declared.items() if cadence is not None}
+
+
+def _pause_began(pause: Paused | None) -> str | None:
+    return pause.when if pause is not None and pause.problem is None else None
