@@ -70,6 +70,8 @@ def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) 
             stored = book.cadences(names)
         except LedgerError:
             return {}
+        if not stored:
+            return {}  # nothing declared: no backend to ask
     pauses: dict[str, Paused] = {}
     raw: dict[str, object] = {}
     try:
