@@ -94,3 +94,17 @@ def test_unknown_for_an_unreadable_ledger(local_env, tmp_path):
     ledger.chmod(0o666)  # others may write it: refused as the config file would be
     result = run_lockrun(local_env, "check")
     assert result.returncode == 3 and result.stdout.startswith("LOCKRUN UNKNOWN - cannot read the run ledger")
+
+
+def test_warning_for_a_redis_that_may_evict_keys(tmp_path):
+    from tests.conftest import RedisServer, isolated_env
+
+    server = RedisServer(args=("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")).start()
+    try:
+        env = {**isolated_env(tmp_path), "LOCKRUN_REDIS_URL": server.url}
+        assert run_lockrun(env, "-n", "job", "--allow-eviction", "--", "true").returncode == 0
+        code, first, details = check(env)
+        assert code == 1 and first.startswith("LOCKRUN WARNING - ") and "allkeys-lru" in first, first
+        assert any("allkeys-lru" in line for line in details)
+    finally:
+        server.cleanup()
