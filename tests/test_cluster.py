@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import Hosts, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
+from tests.conftest import Hosts, free_port, history, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster")
 
@@ -197,3 +197,25 @@ def test_each_master_checks_its_own_eviction_policy(cluster_env, cluster):
     finally:
         tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory-policy", "noeviction")
         tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory", "0")
+
+
+def test_pauses_and_cadences_on_a_cluster(cluster_env):
+    names = [f"spread-pause-{i}" for i in range(6)]  # across the masters' slots
+    for name in names:
+        assert run_lockrun(cluster_env, "-n", name, "--every", "1h", "--", "true").returncode == 0
+    assert run_lockrun(cluster_env, "pause", *names[:3], "--for", "1h", "--reason", "spread").returncode == 0
+    for name in names:
+        skipped = run_lockrun(cluster_env, "-n", name, "--every", "1h", "--", "true")
+        assert (skipped.returncode, skipped.stderr) == (0, "")
+    rows = {row["name"]: row["status"] for row in history(cluster_env, limit=6)}
+    assert rows == {name: "paused" if name in names[:3] else "succeeded" for name in names}
+    every = json.loads(run_lockrun(cluster_env, "status", "--all", "--json").stdout)["locks"]
+    by_name = {lock["name"]: lock for lock in every if lock["name"] in names}
+    assert set(by_name) == set(names)
+    assert [bool(by_name[name]["paused"]) for name in names] == [True] * 3 + [False] * 3
+    assert all(by_name[name]["cadence"]["every_s"] == 3600.0 for name in names)
+    plain = {lock["name"] for lock in json.loads(run_lockrun(cluster_env, "status", "--json").stdout)["locks"]}
+    assert set(names[:3]) <= plain
+    checked = run_lockrun(cluster_env, "check", *names)
+    assert checked.returncode == 0 and checked.stdout.startswith(f"LOCKRUN OK - {names[0]} paused until")
+    assert run_lockrun(cluster_env, "resume", *names[:3]).returncode == 0

@@ -171,7 +171,10 @@ def test_status_reads_many_locks_and_their_last_runs_in_one_call_per_batch(redis
         first = client_commands(redis_server, lockrun_argv("status", "--json"), env)
         assert first.count("SCAN") >= 1  # the registry's one walk of the keyspace (names of an older lockrun)
         commands = client_commands(redis_server, lockrun_argv("status", "--json"), env)
-        assert commands.count("EVAL") == 1 and not {"GET", "HGETALL", "HMGET", "SCAN"} & set(commands), commands
+        # one EVAL for the holders and last runs, one for the names' pauses and cadences (docs/operating.md
+        # "Pausing a job"), each per batch of names; the registry read once
+        assert commands.count("EVAL") == 2 and commands.count("ZRANGE") == 1, commands
+        assert not {"GET", "HGETALL", "HMGET", "SCAN"} & set(commands), commands
         locks = json.loads(run_lockrun(env, "status", "--json").stdout)["locks"]
         assert [(lock["name"], lock["state"], lock["last_run"]["exit_code"]) for lock in locks] == [
             ("done-0", "held", 0), ("done-1", "held", 1), ("done-2", "held", 2)]

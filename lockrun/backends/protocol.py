@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import (
     Duplicate,
     FleetEvent,
@@ -42,8 +43,9 @@ class Backend(Protocol):
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
         slots: int = 1, last_try: bool = True, once_every: float | None = None,
-    ) -> Lease | Holder | Duplicate | TooSoon:
+    ) -> Lease | Holder | Duplicate | TooSoon | Paused:
         """Take the lock (or one of ``slots``) if free and ``once`` is not done; else say why not.
+        A name paused (``pause``) answers its Paused, found under the lock, which is given back.
 
         One round trip. Raises SlotsMismatch when the name is in use with another N, and
         ReplicasMissing when the lock was taken but fewer replicas than ``--replicas`` asks
@@ -92,6 +94,22 @@ class Backend(Protocol):
         announces nothing: the caller's timeout is when its lease could have expired). The
         blocking read itself runs inside ``interruptible()``, which may raise WaitInterrupted
         out of it (a signal): the backend then keeps nothing the wait left half done."""
+
+    def pause(self, name: str, request: PauseRequest) -> Paused:
+        """Pause ``name`` until the request's end (replacing any pause it had); the lock is not touched."""
+
+    def resume(self, name: str) -> bool:
+        """End the pause of ``name`` (a malformed one too). False: it was not paused."""
+
+    def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
+        """The recorded pauses of ``names`` (None: of every name), those that ended left out."""
+
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        """Each name's declared cadence as the backend keeps it (raw; Redis: the fleet-wide one),
+        {} where it keeps none (local: the ledger does)."""
+
+    def known_names(self) -> list[str]:
+        """Every name the backend knows of, held or not (Redis: the registry of names)."""
 
     def lock_names(self) -> list[str]:
         """Names of the held locks (shell completion)."""

@@ -41,6 +41,9 @@ class Lease(NamedTuple):
     # allow_eviction: the maxmemory-policy of a Redis that may evict keys, which the acquire found
     # and was told to accept (for a line under -v); None: the server does not evict, or was not asked.
     evicting: str | None = None
+    # What sits where the name's pause would be, when it is no pause lockrun wrote (not honoured:
+    # the run goes on; backends/pause.py); None: no such thing.
+    pause_problem: str | None = None
 
 
 class OnceKey(NamedTuple):

@@ -25,14 +25,18 @@ if TYPE_CHECKING:
 @cli.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {backend, locks: [...]}, one entry per lock.")
+@click.option("--all", "every_name", is_flag=True,
+              help="Every name the backend (Redis: its registry) or this host's ledger knows, held or not, with its "
+                   "next due start and overdue (--every/--schedule) and its pause.")
 @global_options
 @click.pass_context
-def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoReturn:
+def status(ctx: click.Context, names: tuple[str, ...], as_json: bool, every_name: bool) -> NoReturn:
     """Show who holds which lock, whether the holder is alive, and the last run.
 
     \b
       lockrun status                 # every held lock
       lockrun status nightly-dump    # one lock, held or not
+      lockrun status --all           # every known name: next due, overdue, paused
       lockrun status --json
 
     A holder is a zombie when its process is certainly gone (its pid in this
@@ -40,7 +44,9 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
     its heartbeat has missed two renewals by the Redis server's clock; a local
     lock's holder never is. A lock whose record lockrun did not
     write is malformed, with the reason. A Redis that may evict keys
-    (maxmemory-policy) is named in a warning line. Exits 69 when the backend is
+    (maxmemory-policy) is named in a warning line. Paused names (lockrun pause)
+    are listed, held or not; --all lists every name lockrun knows, with its
+    next due start and how overdue it is (--every/--schedule). Exits 69 when the backend is
     unreachable, after printing what the ledger knows. When this host's recent
     runs used another backend than this shell, one line on stderr says how
     they were configured (status, history and unlock alike).
@@ -50,7 +56,9 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
     from lockrun.views.status import status_report
 
     resolved = resolved_settings(ctx)
-    report = status_report(resolved, list(names) if names else None)
+    if every_name and names:
+        raise click.UsageError("--all lists every name: give no NAME with it", ctx=ctx)
+    report = status_report(resolved, list(names) if names else None, every_name)
     view = report.view
     if report.ledger_warning:
         say(report.ledger_warning)
@@ -60,7 +68,7 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> NoRetur
             render.print_json({"backend": report.backend, "locks": view.locks})
         else:
             render.status_table(report.backend, resolved.redacted_url or "", view.locks,
-                                unreachable=view.unreachable is not None, notes=view.notes)
+                                unreachable=view.unreachable is not None, notes=view.notes, every_name=every_name)
         sys.stdout.flush()
     except OutputFailed as exc:  # the lines below and exit 69 still matter more than the table
         output_failed = exc

@@ -11,7 +11,7 @@ import click
 
 from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
-from lockrun.core import zones
+from lockrun.core import defaults, zones
 from lockrun.core.errors import LockrunError, UsageError
 
 if TYPE_CHECKING:
@@ -62,6 +62,22 @@ def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
 
 DURATION = Validated("DURATION", values.parse_duration)  # the same syntax, at most 100 years
 MIN_HOLD = Validated("DURATION", values.parse_min_hold)
+SCHEDULE = Validated("CRON", values.parse_schedule)
+# `lockrun pause` (docs/operating.md "Pausing a job"): an end at most MAX_PAUSE_S ahead, a one-line reason.
+PAUSE_FOR = Validated("DURATION", lambda value, what: values.parse_seconds(value, what,
+                                                                          maximum=defaults.MAX_PAUSE_S))
+PAUSE_REASON = Validated("TEXT", values.validate_pause_reason)
+
+
+def _pause_end(value: str, what: str) -> float:
+    import time
+
+    from lockrun.config.moments import parse_pause_end
+
+    return parse_pause_end(value, what, time.time(), defaults.MAX_PAUSE_S)
+
+
+PAUSE_UNTIL = Validated("TIME", _pause_end)
 LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
 REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 

@@ -17,6 +17,7 @@ from lockrun.cli.params import (
     MIN_HOLD,
     NOTIFY_ON,
     REPLICAS,
+    SCHEDULE,
     SIZE,
     WARN_AFTER,
     ZONE,
@@ -118,6 +119,16 @@ from lockrun.core.errors import UsageError
 @click.option("--allow-eviction", is_flag=True,
               help="Run even on a Redis whose maxmemory-policy may evict keys (else exit 69): a held lock or a "
                    "--once mark could vanish and the job run twice (config: allow_eviction).")
+# docs/operating.md "Declaring a cadence": how often the job is expected to start, for status --all and check.
+@click.option("--every", "every", type=seconds_type(), metavar="DURATION",
+              help=f"Declare that the job should start every DURATION ({values.seconds_range()}: 1h, 15m); status "
+                   "--all and lockrun check call it overdue when it does not. Not with --schedule.")
+@click.option("--schedule", "schedule", type=SCHEDULE, metavar="'CRON'",
+              help="Declare the job's cron schedule (5 fields: '0 3 * * *'), evaluated in --tz; status --all and "
+                   "lockrun check call it overdue when a start is missed. Not with --every.")
+@click.option("--grace", "grace", type=seconds_type(allow_zero=True), metavar="DURATION",
+              help=f"How late a declared start may be before it is overdue ({values.seconds_range(allow_zero=True)}) "
+                   f"[default: {defaults.DEFAULT_GRACE_TEXT}].")
 @global_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARG]...")
 @click.pass_context

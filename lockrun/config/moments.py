@@ -62,3 +62,24 @@ def _parse_time(value: str) -> datetime | None:
 
 def _local(naive: datetime) -> datetime:
     return naive.astimezone()  # a naive datetime is taken as local time
+
+
+def parse_pause_end(text: str, what: str, now_epoch_s: float, maximum_s: float) -> float:
+    """``pause --until``: a time (``14:00``, ``2026-12-01``, ``2026-12-01T14:00:00Z``; local time
+    without an offset) after now and at most ``maximum_s`` ahead, as epoch seconds. A duration is
+    refused here: that is ``--for``."""
+    value = str(text).strip()
+    if is_time_span(value):
+        raise UsageError(f"invalid {what} {text!r}: a time (14:00, 2026-12-01, 2026-12-01T14:00:00Z); for a"
+                         " duration use --for")
+    try:
+        moment = _parse_time(value)
+    except OverflowError:
+        moment = None
+    if moment is None:
+        raise UsageError(f"invalid {what} {text!r}: expected a time (14:00, 2026-12-01, '2026-12-01 14:00',"
+                         " 2026-12-01T14:00:00Z)")
+    ends = moment.timestamp()
+    if not now_epoch_s < ends <= now_epoch_s + maximum_s:
+        raise UsageError(f"invalid {what} {text!r}: a time after now and at most {maximum_s / 86400:g}d ahead")
+    return ends

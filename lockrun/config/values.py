@@ -244,3 +244,23 @@ def output_path_problem(path: str, what: str, directories: bool = True) -> str |
     named = f"{what} {path}" if what else path
     return (f"{named} is {kind}, not a regular file; lockrun writes only regular files there,"
             " and never replaces anything else")
+
+
+def validate_pause_reason(text: str, what: str) -> str:
+    """``pause --reason``: one line of at most MAX_PAUSE_REASON printable characters."""
+    from lockrun.core.defaults import MAX_PAUSE_REASON
+
+    if len(text) > MAX_PAUSE_REASON or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+        raise UsageError(f"invalid {what} {text[:40]!r}: one line of at most {MAX_PAUSE_REASON} printable characters")
+    return text
+
+
+def parse_schedule(text: str, what: str) -> str:
+    """``--schedule``: a 5-field cron expression (``0 3 * * *``), evaluated by cronsim."""
+    from lockrun.core.cadence import cron_problem
+
+    expression = " ".join(str(text).split())
+    problem = cron_problem(expression)
+    if problem is not None:
+        raise UsageError(f"invalid {what} {text!r}: {problem}")
+    return expression

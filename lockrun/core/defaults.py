@@ -77,3 +77,14 @@ def days_text(seconds: float) -> str:
 
 MAX_DURATION_TEXT = days_text(MAX_DURATION_S)  # "36500d"
 MAX_MIN_HOLD_TEXT = days_text(MAX_SECONDS)  # "365d"
+
+#: `lockrun pause --for/--until`: at most 30 days ahead (docs/operating.md "Pausing a job"). A pause
+#: always ends by itself: one forgotten would silence a job for good.
+MAX_PAUSE_S = 30 * 86400
+MAX_PAUSE_TEXT = days_text(MAX_PAUSE_S)  # "30d"
+#: `lockrun pause --reason`: at most this many characters (one line in status).
+MAX_PAUSE_REASON = 200
+
+#: `--grace`: how late a start declared by --every/--schedule may be before it is overdue.
+DEFAULT_GRACE_S = 300.0
+DEFAULT_GRACE_TEXT = "5m"

@@ -25,6 +25,7 @@ class Status(str, Enum):
     FAILED = "failed"  # the command exited non-zero
     BUSY = "busy"  # the lock was held elsewhere: skipped
     DUPLICATE = "duplicate"  # the --once key had already succeeded: skipped
+    PAUSED = "paused"  # the name was paused (lockrun pause): skipped
     TIMEOUT = "timeout"  # --timeout expired: lockrun stopped the command
     LOST = "lost"  # the lease was lost: lockrun stopped the command
     PREEMPTED = "preempted"  # another run asked to replace this one (--replace)
@@ -41,10 +42,10 @@ class Status(str, Enum):
 #: abandoned, which no run ends in.
 FINAL_STATUSES = (
     Status.SUCCEEDED, Status.FAILED, Status.BUSY, Status.DUPLICATE, Status.TIMEOUT, Status.LOST,
-    Status.PREEMPTED, Status.KILLED, Status.UNAVAILABLE, Status.ERROR,
+    Status.PREEMPTED, Status.KILLED, Status.UNAVAILABLE, Status.ERROR, Status.PAUSED,
 )
 #: Outcomes where nothing ran: skips, and the record of an unlock. Not a "last run".
-NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED})
+NOT_A_RUN = frozenset({Status.BUSY, Status.DUPLICATE, Status.UNLOCKED, Status.PAUSED})
 #: Stored as running; read as abandoned once its lockrun is known to be gone.
 IN_PROGRESS = frozenset({Status.RUNNING, Status.ABANDONED})
 #: ``history --status failures``: every way a run can go wrong (docs/operating.md "The run ledger").

@@ -30,8 +30,11 @@ NOTABLE = f"status NOT IN ('{Status.RUNNING}', '{Status.SUCCEEDED}')"  # failure
 # A run that ran and ended (not running, not a skip, not an unlock).
 FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.DUPLICATE}',"
                 f" '{Status.UNLOCKED}')")
+# A paused skip (lockrun pause) came after migration 6: its rows are in runs_durations, whose WHERE
+# must stay word for word as the ledgers have it, so a query of finished runs adds this clause.
+NOT_PAUSED = f"status != '{Status.PAUSED}'"
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
 LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
@@ -139,6 +142,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # `status` can say so; counted per name in flag_counts ('slow') at that moment.
     9: (
         "ALTER TABLE runs ADD COLUMN slow_at TEXT",
+    ),
+    # Each name's declared cadence (--every/--schedule, --grace: docs/operating.md "Declaring a
+    # cadence"), as core/cadence stores it, and when it was first declared so: the newest wins.
+    10: (
+        """
+        CREATE TABLE IF NOT EXISTS cadences (
+            name        TEXT PRIMARY KEY,
+            declaration TEXT NOT NULL,
+            declared_at TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
     ),
 }
 

@@ -28,6 +28,12 @@ FAMILIES = (
      "Runs whose release found the lock no longer theirs (expired, evicted, stolen or cleared): each may have"
      " overlapped another run."),
     ("lockrun_slow_runs_total", "counter", "Runs still running after their --warn-after, pruned ones included."),
+    # docs/operating.md "Declaring a cadence", "Pausing a job": `lockrun metrics` only (not --metrics-file).
+    ("lockrun_next_due_timestamp_seconds", "gauge",
+     "When the next start is due by the declared cadence (--every/--schedule; Unix seconds)."),
+    ("lockrun_overdue", "gauge",
+     "1 when the due start plus --grace passed with no start (never while paused), else 0."),
+    ("lockrun_paused", "gauge", "1 while the name is paused (lockrun pause), else 0."),
 )
 #: The run flags counted per name (a field of the run row that is true, or slow: --warn-after), and their families.
 FLAG_FAMILIES = {"lock_lost_at_release": "lockrun_lock_lost_at_release_total", "slow": "lockrun_slow_runs_total"}
@@ -58,6 +64,11 @@ class JobFacts(NamedTuple):
     # The flags this source counts (None: all of FLAG_FAMILIES). The fleet record does not count
     # slow runs: it shows no lockrun_slow_runs_total rather than a 0 that is not true.
     counted_flags: tuple[str, ...] | None = None
+    # Where known (`lockrun metrics`, not --metrics-file): the declared cadence's next due start
+    # (Unix seconds; None: none declared), whether it is overdue, and whether the name is paused.
+    next_due_at: float | None = None
+    overdue: bool | None = None
+    paused: bool | None = None
 
 
 def ledger_facts(ledger: Ledger) -> list[JobFacts]:
@@ -100,6 +111,12 @@ def exposition(facts: list[JobFacts]) -> str:
             if job.counted_flags is not None and flag not in job.counted_flags:
                 continue
             samples[family].append(f"{{{label}}} {(job.flags or {}).get(flag, 0)}")
+        if job.next_due_at is not None:
+            samples["lockrun_next_due_timestamp_seconds"].append(f"{{{label}}} {_number(job.next_due_at)}")
+        if job.overdue is not None:
+            samples["lockrun_overdue"].append(f"{{{label}}} {int(job.overdue)}")
+        if job.paused is not None:
+            samples["lockrun_paused"].append(f"{{{label}}} {int(job.paused)}")
     lines = []
     for family, kind, help_text in FAMILIES:
         lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]

@@ -25,6 +25,7 @@ from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Row, Status
 from lockrun.ledger.file import (
     BUSY_TIMEOUT_MS,
     FINISHED_RUN,
+    NOT_PAUSED,
     check_files,
     full_disk_hint,
     migrate,
@@ -63,6 +64,7 @@ class RunRecord(NamedTuple):
     backend_from: str | None = None  # where that setting came from: --redis-url, LOCKRUN_REDIS_URL, a config file
     pid_ns: int | None = None  # None: this process's PID namespace
     machine_id: str | None = None  # None: this machine
+    cadence: str | None = None  # the run's declared cadence (core/cadence), kept with the name
 
 
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
@@ -172,7 +174,8 @@ class Ledger:
     # -- writes -------------------------------------------------------------------------
 
     def start(self, run: RunRecord) -> None:
-        self._write(
+        """The row "running"; and the run's declared cadence, when it changed, in the same transaction."""
+        row = (
             "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
             " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -195,6 +198,31 @@ class Ledger:
                 run.machine_id or this_host.machine_id() or None,
             ),
         )
+        if run.cadence is None:
+            self._write(*row)
+            return
+        # Written only when it changed (the newest declaration wins): most runs declare the same.
+        self._transaction(row, (
+            "INSERT INTO cadences (name, declaration, declared_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE"
+            " SET declaration = excluded.declaration, declared_at = excluded.declared_at"
+            " WHERE cadences.declaration != excluded.declaration",
+            (run.name, run.cadence, run.started_at),
+        ))
+
+    def known_names(self) -> list[str]:
+        """Every name this ledger has a finished run or a declared cadence of (small tables: no walk
+        of the runs)."""
+        with self._connection() as db:
+            found = db.execute("SELECT name FROM run_counts UNION SELECT name FROM cadences").fetchall()
+        return sorted({str(name) for (name,) in found})
+
+    def cadences(self, names: list[str] | None = None) -> dict[str, tuple[object, object]]:
+        """Each name's declared cadence as stored (declaration, declared_at), whoever wrote it."""
+        with self._connection() as db:
+            found = db.execute("SELECT name, declaration, declared_at FROM cadences").fetchall()
+        wanted = set(names) if names is not None else None
+        return {str(name): (declaration, declared_at) for name, declaration, declared_at in found
+                if wanted is None or name in wanted}
 
     def record_command_start(self, run_id: str, *, fencing_token: int, started_at: str, waited_s: float | None) -> None:
         """Noted as soon as the command runs, so that an abandoned run's row has it too: the
@@ -387,14 +415,15 @@ class Ledger:
         if self._known_dead is not None:
             # The runs still "running" are the ones in progress now, and the dead: a few at most.
             recent = self._query(
-                _SELECT + f" WHERE name = ? AND ({FINISHED_RUN} OR status = ?) ORDER BY started_at DESC LIMIT 20",
+                _SELECT + f" WHERE name = ? AND (({FINISHED_RUN} AND {NOT_PAUSED}) OR status = ?)"
+                " ORDER BY started_at DESC LIMIT 20",
                 (name, Status.RUNNING),
             )
             for row in recent:
                 if row["status"] != Status.RUNNING:
                     return row
         rows = self._query(
-            _SELECT + f" WHERE name = ? AND {FINISHED_RUN}"
+            _SELECT + f" WHERE name = ? AND {FINISHED_RUN} AND {NOT_PAUSED}"
             " ORDER BY started_at DESC LIMIT 1",
             (name,),
         )

@@ -22,7 +22,7 @@ from operator import itemgetter, not_
 from typing import Any, NamedTuple
 
 from lockrun.core.record import NOT_A_RUN, Status
-from lockrun.ledger.file import FINISHED_RUN, LIVENESS_COLUMNS, NOTABLE, rollback
+from lockrun.ledger.file import FINISHED_RUN, LIVENESS_COLUMNS, NOT_PAUSED, NOTABLE, rollback
 
 #: The ledger's connection helper: the open database for one operation, SQLite errors translated.
 Connection = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
@@ -306,9 +306,10 @@ class LedgerTimeline:
         ``runs_durations``, ``tail`` holds those of the runs that ended after it. The median walks
         the index in order of duration to the middle instead of sorting; None if the index does
         not bear the count out."""
-        where = f"FROM runs INDEXED BY runs_durations WHERE {in_window} AND {FINISHED_RUN}"
+        where = f"FROM runs INDEXED BY runs_durations WHERE {in_window} AND {FINISHED_RUN} AND {NOT_PAUSED}"
         if params["host"] is None and _all_in_window(db, params):
-            where = f"FROM runs INDEXED BY runs_durations WHERE name = :name AND {FINISHED_RUN}"  # half the work
+            # half the work
+            where = f"FROM runs INDEXED BY runs_durations WHERE name = :name AND {FINISHED_RUN} AND {NOT_PAUSED}"
         # Three ranges of the index (an OR of them would read all of it): usually empty.
         unusable = sum(db.execute(f"SELECT count(*) {where} AND {outside}", params).fetchone()[0]
                        for outside in _UNUSABLE)
@@ -353,7 +354,7 @@ def _all_in_window(db: sqlite3.Connection, params: dict[str, Any]) -> bool:
     first, last = (db.execute(f"SELECT {edge}(ended_at) FROM runs INDEXED BY runs_timeline WHERE name = :name",
                               params).fetchone()[0] for edge in ("min", "max"))
     unended = db.execute("SELECT 1 FROM runs INDEXED BY runs_timeline WHERE name = :name AND ended_at IS NULL"
-                         f" AND {FINISHED_RUN} LIMIT 1", params).fetchone()
+                         f" AND {FINISHED_RUN} AND {NOT_PAUSED} LIMIT 1", params).fetchone()
     return (isinstance(first, str) and isinstance(last, str) and params["since"] <= first and last < params["until"]
             and unended is None)
 

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lockrun.core.clock import age_s, human_duration, reading_clock
+from lockrun.core.cadence import Cadence, overdue_text
+from lockrun.core.clock import age_s, human_duration, reading_clock, seconds_since
 from lockrun.core.defaults import DEFAULT_FAILURE_TAIL, DEFAULT_FAILURE_TAIL_TEXT
 from lockrun.core.printable import command_line, printable
 from lockrun.core.record import Row, Status
@@ -37,6 +38,7 @@ STATUS_STYLES: dict[str, str] = {
     Status.ABANDONED: "bright_yellow",
     Status.BUSY: "dim",
     Status.DUPLICATE: "dim",
+    Status.PAUSED: "dim",
     Status.UNLOCKED: "dim",
     Status.RUNNING: "cyan",
 }
@@ -118,7 +120,9 @@ def exit_text(row: Row) -> str:
 
 def status_table(
     backend: str, where: str, locks: list[LockEntry], unreachable: bool = False, notes: Sequence[str] = (),
+    every_name: bool = False,
 ) -> None:
+    """``status``; ``every_name`` (``status --all``): every known name, with a NEXT DUE column."""
     from rich.markup import escape
 
     console = _console()
@@ -126,9 +130,13 @@ def status_table(
     if unreachable:
         console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
     if not locks:
-        console.print("no locks are held" if not unreachable else "the ledger knows of no run in progress")
+        if unreachable:
+            console.print("the ledger knows of no run in progress")
+        else:
+            console.print("lockrun knows of no name yet" if every_name else "no locks are held")
         return
-    table = _table("NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN")
+    columns = ["NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN"]
+    table = _table(*columns, *(["NEXT DUE"] if every_name else []))
     for lock in locks:
         last = lock.get("last_run")
         if last:
@@ -139,9 +147,12 @@ def status_table(
         else:
             last_text = "-"
         heartbeat = lock["heartbeat_age_s"]
+        overdue = lock.get("overdue_s")
+        state = lock["state"] + (", paused" if lock.get("paused") else "")
+        state += f", overdue {overdue_text(overdue)}" if overdue is not None else ""
         table.add_row(
             _styled(lock["name"], None),
-            _styled(lock["state"], STATE_STYLES.get(lock["state"])),
+            _styled(state, "red" if overdue is not None else STATE_STYLES.get(lock["state"])),
             _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
             # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
             human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
@@ -149,13 +160,41 @@ def status_table(
             f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
             _styled(_command(lock["command"]), None),
             _styled(last_text, STATUS_STYLES.get(last["status"]) if last else None),
+            *([_due_text(lock)] if every_name else []),
         )
     console.print(table)
     for lock in locks:
         if lock.get("problem"):  # data lockrun did not write: say what, under the table
             console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
+    for name, pause in {lock["name"]: lock.get("paused") for lock in locks}.items():
+        if pause:  # once per name, whatever its holders (--slots)
+            console.print(_styled(f"{name}: {_pause_text(pause)}", STATE_STYLES["malformed"] if pause.get("problem")
+                                  else None))
     for note in notes:  # about a holder: where its pid means something
         console.print(_styled(note, None))
+
+
+def _due_text(lock: LockEntry) -> str:
+    """``in 42.0m (every 1h)``, ``2.1h ago (0 3 * * * (UTC))``, ``-`` without a declared cadence."""
+    declared = lock.get("cadence")
+    if not declared or not lock.get("next_due"):
+        return "-"
+    cadence = Cadence(every_s=declared["every_s"], schedule=declared["schedule"], tz=declared["tz"],
+                      grace_s=declared["grace_s"])
+    seconds = seconds_since(lock["next_due"])
+    when = "-" if seconds is None else (f"in {human_duration(-seconds)}" if seconds <= 0
+                                        else f"{human_duration(seconds)} ago")
+    return _styled(f"{when} ({cadence.describe()})", None)
+
+
+def _pause_text(pause: dict[str, str | None]) -> str:
+    """A status line for a name's pause (views/status: LockEntry's ``paused``)."""
+    if pause.get("problem"):
+        return f"a malformed pause, not honoured: {pause['problem']} (lockrun resume removes it)"
+    text = f"paused until {pause.get('until')}"
+    if pause.get("who") or pause.get("where"):
+        text += f" by {pause.get('who') or '?'} on {pause.get('where') or '?'}"
+    return text + (f" ({pause['reason']})" if pause.get("reason") else "")
 
 
 def history_table(rows: list[Row]) -> None:

@@ -28,6 +28,7 @@ _CHAR = 7.3  # advance of one 12 px monospace character
 _MARGIN, _TOP, _PITCH, _BAR_H, _CHART_PX = 16, 70, 18, 12, 840
 _MIN_RUN_PX = 3.0
 _GRID, _BAND, _TEXT, _MUTED = "#dee2e6", "#f8f9fa", "#212529", "#868e96"
+_MISSED = "#e03131"  # a missed start (views/timeline_missed.py)
 
 
 def escape(text: str) -> str:
@@ -89,6 +90,7 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
             elif track is not None:
                 body.extend(_svg_stretches(chart, stretches(track, pixels), top, chart_x, x_of, details))
         body.extend(_svg_marks(chart, y + 4 + _BAR_H + 1, chart_x, x_of))
+        body.extend(_svg_missed(chart, y + 4, chart_x, x_of))
         y += height
     if y == _TOP:
         body.append(f'<text x="{chart_x + 12}" y="{_TOP + 20}" class="muted">no runs in this window</text>')
@@ -317,6 +319,26 @@ def _svg_marks(chart: tl.LaneChart, y: float, chart_x: float, x_of: XOf) -> list
         tip = f"{mark[2]} at {_local(mark[0])}" if count == 1 else f"{count} skips from {_local(mark[0])}"
         out.append(f'<rect class="skip" x="{chart_x + x:.2f}" y="{y}" width="1" height="4" fill="{_hex("busy")}">'
                    f'<title>{escape(tip)}</title></rect>')
+    return out
+
+
+def _svg_missed(chart: tl.LaneChart, y: float, chart_x: float, x_of: XOf) -> list[str]:
+    """A red triangle above the lane at each missed start (views/timeline_missed.py), with a tooltip;
+    those within 4 px of each other share one."""
+    groups: list[list[Any]] = []  # [x, count, first due time]
+    for due in chart.missed:
+        x = x_of(due)
+        if groups and x - groups[-1][0] < 4:
+            groups[-1][1] += 1
+        else:
+            groups.append([x, 1, due])
+    out = []
+    for x, count, due in groups:
+        tip = (f"missed start: due {_local(due)}, nothing started" if count == 1
+               else f"{count} missed starts from {_local(due)}")
+        left = chart_x + x
+        out.append(f'<path class="missed" d="M{left - 3:.2f},{y - 4} L{left + 3:.2f},{y - 4} L{left:.2f},{y + 1} Z"'
+                   f' fill="{_MISSED}"><title>{escape(tip)}</title></path>')
     return out
 
 

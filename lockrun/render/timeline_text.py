@@ -27,6 +27,9 @@ Segment = tuple[str, str | None]  # text, rich style
 
 # --- text ---------------------------------------------------------------------------------------------------
 
+#: A missed start: a bold red "!" where nothing ran (views/timeline_missed.py).
+MISSED_STYLE = "bold red"
+
 
 def default_width() -> int:
     """The terminal's width on a terminal; else $COLUMNS; else 100 (cron mail, a log file)."""
@@ -67,9 +70,12 @@ def text_lines(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Win
         ruler[column] = "+"
     lines.append([(gutter + " " + "".join(axis) + "  " + FIGURES_HEAD.rstrip(), "dim" if colour else None)])
     lines.append([(gutter + "+" + "".join(ruler) + "+", "dim" if colour else None)])
+    any_missed = False
     for chart in charts:
         label = tl.label(chart.name, chart.host)
         marks = tl.mark_cells(chart.marks, bounds)
+        missed = tl.missed_cells(chart.missed, bounds) if chart.missed else None
+        any_missed = any_missed or missed is not None
         tracks: list[tl.Track | None] = [*chart.tracks] or [None]
         for index, track in enumerate(tracks):
             cells: list[str | None] = tl.cells(track, bounds) if track is not None else [None] * chart_width
@@ -79,13 +85,13 @@ def text_lines(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Win
             else:
                 line.append((OVERLAP_LABEL.ljust(label_width), "dim" if colour else None))
                 line.append((" |", None))
-            line.extend(_cell_segments(cells, marks if index == 0 else None, colour))
+            line.extend(_cell_segments(cells, marks if index == 0 else None, colour, missed if index == 0 else None))
             line.append(("|", None))
             if index == 0:
                 line.extend(_figures(chart.figures, colour))
             lines.append(line)
     lines.append([("", None)])
-    lines.extend(_legend(colour, width))
+    lines.extend(_legend(colour, width, any_missed))
     return lines
 
 
@@ -119,8 +125,10 @@ def span_text(seconds: float) -> str:
     return "".join(parts)
 
 
-def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bool) -> list[Segment]:
-    """Runs of equal cells become one segment, so a busy lane is a handful of styled spans."""
+def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bool,
+                   missed: list[bool] | None = None) -> list[Segment]:
+    """Runs of equal cells become one segment, so a busy lane is a handful of styled spans. A
+    missed start (``missed``) shows where no run and no skip is."""
     segments: list[Segment] = []
     text, style = "", None
     for column, status in enumerate(cells):
@@ -131,6 +139,9 @@ def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bo
         elif marks is not None and marks[column]:
             glyph = tl.MARK_LETTER
             cell_style = STATUS_STYLES["busy"] if colour else None
+        elif missed is not None and missed[column]:
+            glyph = tl.MISSED_LETTER
+            cell_style = MISSED_STYLE if colour else None
         else:
             glyph, cell_style = " ", None
         if cell_style != style and text:
@@ -168,11 +179,11 @@ def _seconds(value: float | None) -> str:
     return human_duration(value) if value is not None else "-"
 
 
-def _legend(colour: bool, width: int) -> list[list[Segment]]:
-    """``S succeeded   F failed   ...``, wrapped to ``width``."""
+def _legend(colour: bool, width: int, missed: bool = False) -> list[list[Segment]]:
+    """``S succeeded   F failed   ...``, wrapped to ``width`` (``missed``: with the missed-start mark)."""
     lines: list[list[Segment]] = [[]]
     used = 0
-    for letter, meaning in tl.LEGEND:
+    for letter, meaning in (*tl.LEGEND, *([tl.MISSED_LEGEND] if missed else [])):
         status = {"L": "lost", tl.MARK_LETTER: "busy"}.get(letter, meaning)
         entry = f"{letter} {meaning}"
         if used and used + 3 + len(entry) > width:
@@ -183,7 +194,9 @@ def _legend(colour: bool, width: int) -> list[list[Segment]]:
             used += 3
         if colour:
             style = STATUS_STYLES.get(status)
-            lines[-1].append((letter, style if letter == tl.MARK_LETTER else _bar(style)))
+            if letter == tl.MISSED_LETTER:
+                style = MISSED_STYLE
+            lines[-1].append((letter, style if letter in (tl.MARK_LETTER, tl.MISSED_LETTER) else _bar(style)))
             lines[-1].append((f" {meaning}", None))
         else:
             lines[-1].append((entry, None))

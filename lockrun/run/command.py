@@ -55,6 +55,9 @@ class RunFlags(NamedTuple):
     keep_detached: bool
     once_every: float | None = None
     tz_source: str = "--tz"  # or LOCKRUN_TZ: where --tz's zone came from, for the mismatch line
+    every: float | None = None  # --every: the declared cadence (docs/operating.md "Declaring a cadence")
+    schedule: str | None = None  # --schedule: a 5-field cron expression, in --tz
+    grace: float | None = None  # --grace
 
 
 def check_combinations(flags: RunFlags) -> None:
@@ -73,6 +76,10 @@ def check_combinations(flags: RunFlags) -> None:
     if flags.no_tail and flags.capture_tail is not None:
         raise UsageError("--no-tail and --capture-tail cannot be combined: --capture-tail asks to keep output,"
                          " --no-tail to keep none; pick one")
+    if flags.every is not None and flags.schedule is not None:
+        raise UsageError("--every and --schedule cannot be combined: declare one cadence")
+    if flags.grace is not None and flags.every is None and flags.schedule is None:
+        raise UsageError("--grace widens a declared cadence: give --every or --schedule with it")
     if flags.once is not None and flags.once_per is not None:
         raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                          " start as the key; pick one")
@@ -101,6 +108,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         raise UsageError(f"--once-every {exact_duration(flags.once_every)} is longer than the fleet record keeps a"
                          f" name's last success (fleet_keep_days = {resolved.fleet_keep_days}): raise"
                          " fleet_keep_days in the config file, or shorten --once-every")
+    cadence = declared_cadence(flags, resolved)
     if not resolved.redis_url:
         refuse_a_lock_held_in_the_old_place(resolved, name, flags.slots)
     options = RunOptions(
@@ -131,6 +139,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         once_zone=zone,
         keep_detached=flags.keep_detached,
         once_every=flags.once_every,
+        cadence=cadence,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(
@@ -164,6 +173,20 @@ def failure_tail_for(flags: RunFlags, resolved: settings.Settings) -> int | None
     if on_a_terminal():
         return None
     return DEFAULT_FAILURE_TAIL
+
+
+def declared_cadence(flags: RunFlags, resolved: settings.Settings) -> str | None:
+    """The run's declaration as stored (core/cadence), or None: --every, or --schedule in the zone
+    --once would use (--tz, the config's timezone, else this host's local zone)."""
+    from lockrun.core.cadence import Cadence
+    from lockrun.core.defaults import DEFAULT_GRACE_S
+
+    grace = flags.grace if flags.grace is not None else DEFAULT_GRACE_S
+    if flags.every is not None:
+        return Cadence(every_s=flags.every, grace_s=grace).to_json()
+    if flags.schedule is not None:
+        return Cadence(schedule=flags.schedule, tz=once_zone(flags, resolved).name, grace_s=grace).to_json()
+    return None
 
 
 def once_zone(flags: RunFlags, resolved: settings.Settings) -> Zone:

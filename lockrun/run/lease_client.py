@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.core.clock import utc_now_iso
@@ -56,6 +57,7 @@ class LeaseClient:
         slots: int = 1,
         once: OnceKey | None = None,
         once_every: float | None = None,
+        cadence: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -65,6 +67,7 @@ class LeaseClient:
         self.once_every = once_every
         self.run_id, self.argv = run_id, argv  # what the holder record says of this run
         self.token = os.urandom(16).hex()  # from the kernel CSPRNG
+        self.cadence = cadence  # the declared cadence: the acquire script keeps it with the name
 
     def holder_info(self) -> dict[str, str]:
         """What the holder record says about this run (docs/redis.md "Redis keys")."""
@@ -84,6 +87,8 @@ class LeaseClient:
             # Which process "pid" is: a pid means something only in its PID namespace, on its machine.
             "pid_ns": str(host.pid_ns() or ""),
             "machine_id": host.machine_id(),
+            # docs/operating.md "Declaring a cadence": the acquire stores it with the name when it changed.
+            **({"cadence": self.cadence} if self.cadence else {}),
         }
 
     def acquire(
@@ -95,7 +100,7 @@ class LeaseClient:
         interrupted: Callable[[], bool] = lambda: False,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         get_ready: Callable[[], None] = lambda: None,
-    ) -> Lease | Holder | Duplicate | TooSoon:
+    ) -> Lease | Holder | Duplicate | TooSoon | Paused:
         """The lease, the holder that kept us out until ``wait`` ran out (or ``interrupted``),
         or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
         ``interruptible`` is entered around each blocking wait (it raises WaitInterrupted on a
@@ -116,6 +121,10 @@ class LeaseClient:
                 self._give_back()
                 raise
             answered_at = self.clock()
+            if isinstance(result, Lease) and result.pause_problem:
+                # docs/operating.md "Pausing a job": a pause nobody can read the end of is not honoured.
+                self.report("warn", f"{self.name!r}: ignoring a malformed pause ({result.pause_problem}); running."
+                                    f" lockrun resume {self.name} removes it")
             if isinstance(result, Lease) and result.evicting:
                 self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
                                     f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")

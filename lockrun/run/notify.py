@@ -203,7 +203,7 @@ def ping_url(base: str, event: str, run_id: str) -> str:
 
 def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
     """Which ping a final status sends: "" (success), an exit code, or "fail"."""
-    if status in (Status.SUCCEEDED, Status.DUPLICATE):
+    if status in (Status.SUCCEEDED, Status.DUPLICATE, Status.PAUSED):  # a skip on purpose (lockrun pause) is no failure
         return ""
     if status == Status.FAILED and exit_code is not None:
         return str(exit_code)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.backends.connect import call_timeout_for
+from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
@@ -95,6 +96,7 @@ class RunOptions(NamedTuple):
     once_zone: Zone | None = None  # the zone of a time-derived --once key (docs/guarantees.md "One zone per name")
     keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
     once_every: float | None = None  # run only if the name's last success started at least this long ago
+    cadence: str | None = None  # the declared cadence, as stored (core/cadence: --every/--schedule, --grace)
 
 
 class Run:
@@ -128,6 +130,7 @@ class Run:
         record = RunRecord(
             run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
             started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
+            cadence=options.cadence,
         )
         self.journal = RunJournal(ledger_path, record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
@@ -214,7 +217,7 @@ class Run:
                                 f" ({opts.once_zone.source})")
         lease_client = LeaseClient(
             backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
-            slots=opts.slots,
+            slots=opts.slots, cadence=opts.cadence,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
                          zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
             once_every=opts.once_every,
@@ -232,6 +235,10 @@ class Run:
                 outcome = self._release(lease_client, got, outcome)
             self.report("error", error)
             return outcome
+        if isinstance(got, Paused):
+            note = got.describe()
+            self.report("info", f"{opts.name!r}: {note}; skipped")
+            return Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=note)
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
             self.report("info", f"{opts.name!r}: {note}; skipped")

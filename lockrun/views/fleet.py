@@ -200,8 +200,8 @@ class Judge:
 
 #: What a ``skips`` entry says: the server's ms, the status, the host (maybe empty).
 _SKIP_ENTRY = re.compile(r"(\d{1,15}) ([a-z_]{1,32}) ?(.{0,255})", re.DOTALL)
-#: The statuses a ``skips`` list may hold (others, written by no lockrun, are left out).
-SKIP_STATUSES = frozenset({Status.BUSY.value, Status.DUPLICATE.value})
+#: The statuses a ``skips`` list may hold (busy, duplicate, paused skips) (others, written by no lockrun, are left out).
+SKIP_STATUSES = frozenset({Status.BUSY.value, Status.DUPLICATE.value, Status.PAUSED.value})
 
 
 def skip_rows(source: Source, names: list[str], since_ms: int = 0) -> list[Row]:

@@ -99,17 +99,18 @@ def prune(resolved: Settings, older_than_s: float) -> int | None:
 def metrics_text(resolved: Settings, fleet: bool) -> str:
     """The Prometheus text exposition of this host's ledger, or (``fleet``) of the fleet record."""
     from lockrun.ledger import metrics as exposition
+    from lockrun.views.health import with_due_times
 
     if fleet and resolved.redis_url:
         from lockrun.views import sources
 
-        return exposition.exposition(sources.fleet_facts(resolved))
+        return exposition.exposition(with_due_times(resolved, sources.fleet_facts(resolved), None))
     book = open_ledger_for_reading(resolved.ledger_path)
     if book is None:
         from lockrun.ledger.store import Ledger
 
         book = Ledger(resolved.ledger_path).open()  # an empty ledger: the families, no samples
     try:
-        return exposition.exposition(exposition.ledger_facts(book))
+        return exposition.exposition(with_due_times(resolved, exposition.ledger_facts(book), book))
     finally:
         book.close()

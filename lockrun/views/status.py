@@ -11,7 +11,7 @@ from lockrun.core.errors import BackendUnavailable, LedgerError
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger
 from lockrun.system import host
-from lockrun.views import fleet
+from lockrun.views import fleet, health
 
 if TYPE_CHECKING:
     from lockrun.config.settings import Settings
@@ -34,6 +34,15 @@ class LockEntry(TypedDict):
     ttl_remaining_s: float | None
     problem: str | None
     last_run: dict[str, Any] | None  # the newest finished run, as history --json shows it
+    # The declared cadence (docs/operating.md "Declaring a cadence"): every_s or schedule and tz,
+    # grace_s; None: none declared. next_due: the first due start after the newest one (ISO 8601
+    # UTC); overdue_s: how long past it, once the grace is over too, with no start since (None: not).
+    cadence: dict[str, Any] | None
+    next_due: str | None
+    overdue_s: float | None
+    # The name's pause (lockrun pause; docs/operating.md "Pausing a job"): who, where, when, until, reason,
+    # problem (a malformed one, which runs do not honour); None: not paused.
+    paused: dict[str, str | None] | None
 
 
 #: Holder fields that say where its process ran: an unusable value in any of them means the
@@ -121,7 +130,8 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
         return {
             "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
             "child_pid": None, "command": None, "started_at": None, "heartbeat_at": None,
-            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run,
+            "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run, "paused": None,
+            "cadence": None, "next_due": None, "overdue_s": None,
         }
     return {
         "name": name,
@@ -138,6 +148,10 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
         "ttl_remaining_s": holder.ttl_remaining_s,
         "problem": holder.problem,
         "last_run": last_run,
+        "paused": None,
+        "cadence": None,
+        "next_due": None,
+        "overdue_s": None,
     }
 
 
@@ -153,16 +167,22 @@ def newer_run(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> dic
 
 def lock_states(
     backend: Backend, ledger: Ledger | None, names: list[str] | None, notes: list[str] | None = None,
+    every_name: bool = False,
 ) -> list[LockEntry]:
-    """Held locks (or exactly the named ones, held or free), each with its last finished run:
-    the newer of this host's ledger and the fleet record (a shared backend's memory of every host).
-    ``notes`` gets a line for each holder the operator should know more about (another PID namespace)."""
+    """Held and paused locks (or exactly the named ones, held or free; ``every_name``: every name
+    the backend or the ledger knows, ``status --all``), each with its last finished run: the newer
+    of this host's ledger and the fleet record (a shared backend's memory of every host), its
+    pause and its declared cadence. ``notes`` gets a line for each holder the operator should know
+    more about (another PID namespace)."""
     held: dict[str, list[Holder]] = {}
     for holder in backend.holders(names):
         held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
         if holder.note and notes is not None:
             notes.append(f"{holder.name}: {holder.host or '?'}:{holder.pid or '?'}: {holder.note}")
-    wanted = sorted(held) if names is None else list(dict.fromkeys(names))
+    pauses = backend.pauses(names)  # a paused name is listed, held or not
+    wanted = sorted({*held, *pauses}) if names is None else list(dict.fromkeys(names))
+    if every_name and names is None:
+        wanted = sorted({*wanted, *backend.known_names(), *_ledger_names(ledger)})
     record = backend.fleet_record()
     fleet_last = fleet.last_runs(record, wanted) if record is not None and wanted else {}
     entries: list[LockEntry] = []
@@ -175,7 +195,10 @@ def lock_states(
             entry = lock_entry(name, one, last_run)
             if entry["state"] == "held" and one is not None and one.run_id in slow:
                 entry["state"] = "slow"  # --warn-after: still running past it (this host's runs)
+            if name in pauses:
+                entry["paused"] = pauses[name].as_json()
             entries.append(entry)
+    add_due_times(entries, health.declared_cadences(backend, ledger, wanted))
     return entries
 
 
@@ -187,6 +210,34 @@ def _slow_running(ledger: Ledger | None) -> dict[str, str]:
         return ledger.slow_running()
     except LedgerError:
         return {}
+
+
+def add_due_times(entries: list[LockEntry], declared: dict[str, health.Declared]) -> None:
+    """Each entry's cadence, next due time and overdue (docs/operating.md "Declaring a cadence")."""
+    by_name: dict[str, list[LockEntry]] = {}
+    for entry in entries:
+        by_name.setdefault(entry["name"], []).append(entry)
+    for name, group in by_name.items():
+        found = declared.get(name)
+        if found is None:
+            continue
+        paused = any(entry["paused"] and not entry["paused"].get("problem") for entry in group)
+        # A run in progress is the job doing its work (a long one is check's WARNING, not overdue).
+        running = any(entry["state"] in ("held", "slow", "cooling") for entry in group)
+        last = group[0]["last_run"]
+        starts = [entry["started_at"] for entry in group] + [last.get("started_at") if last else None]
+        fields = health.due_fields(found, starts, paused or running)
+        for entry in group:
+            entry["cadence"], entry["next_due"], entry["overdue_s"] = fields
+
+
+def _ledger_names(ledger: Ledger | None) -> list[str]:
+    if ledger is None:
+        return []
+    try:
+        return ledger.known_names()
+    except LedgerError:
+        return []
 
 
 def ledger_view(ledger: Ledger | None, names: list[str] | None) -> list[LockEntry]:
@@ -224,11 +275,12 @@ class StatusView(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
-def status_view(backend: Backend, ledger: Ledger | None, names: list[str] | None) -> StatusView:
+def status_view(backend: Backend, ledger: Ledger | None, names: list[str] | None,
+                every_name: bool = False) -> StatusView:
     """The locks as the backend knows them; when it cannot be reached, what the ledger alone knows."""
     notes: list[str] = []
     try:
-        return StatusView(lock_states(backend, ledger, names, notes), None, tuple(notes))
+        return StatusView(lock_states(backend, ledger, names, notes, every_name), None, tuple(notes))
     except BackendUnavailable as exc:
         return StatusView(ledger_view(ledger, names), exc)
 
@@ -250,7 +302,7 @@ class StatusReport(NamedTuple):
     ledger_warning: str | None  # the ledger exists but cannot be read
 
 
-def status_report(resolved: Settings, names: list[str] | None) -> StatusReport:
+def status_report(resolved: Settings, names: list[str] | None, every_name: bool = False) -> StatusReport:
     """Ask the backend, then the ledger for each lock's last run (docs/operating.md "Operating it")."""
     from lockrun.backends.connect import open_backend
     from lockrun.views.reading import backend_hint, open_ledger_or_warning
@@ -259,7 +311,7 @@ def status_report(resolved: Settings, names: list[str] | None) -> StatusReport:
     book, ledger_warning = open_ledger_or_warning(resolved.ledger_path)
     evicting: list[str] = []
     try:
-        view = status_view(backend, book, names)
+        view = status_view(backend, book, names, every_name)
         if view.unreachable is None:
             evicting = evicting_servers(backend)
     finally:

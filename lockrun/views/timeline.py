@@ -49,6 +49,8 @@ LETTERS = {
 }
 UNKNOWN_LETTER = "?"
 MARK_LETTER = "."
+MISSED_LETTER = "!"  # a declared start that was due and missed (drawn where nothing else is)
+MISSED_LEGEND = (MISSED_LETTER, "missed start")
 LEGEND = (
     ("S", "succeeded"), ("F", "failed"), ("T", "timeout"), ("L", "lost/preempted"), ("K", "killed"),
     ("R", "running"), ("A", "abandoned"), ("E", "error"), ("U", "unavailable"), (MARK_LETTER, "busy/skipped"),
@@ -137,6 +139,8 @@ class LaneChart(NamedTuple):
     tracks: Sequence[Track]  # the first one holds every run that overlaps no earlier one
     marks: list[Span]  # skips, in time order
     figures: Figures
+    # Due starts of a declared cadence that passed with nothing started (timeline_missed.py), ISO, in order.
+    missed: tuple[str, ...] = ()
 
 
 #: The details (``window(detail=True)``-shaped Spans) of a chart's runs that started at the given
@@ -410,6 +414,12 @@ def _worst_of(others: Others, runs: int, begin: str, end: str) -> Any:
     success for the rest."""
     counts = covering(others, begin, end)
     return worst([*counts, _SUCCEEDED] if runs > sum(counts.values()) else counts)
+
+
+def missed_cells(missed: Sequence[str], bounds: list[str]) -> list[bool]:
+    """Per column: whether a declared start was due in it and missed."""
+    edges = [bisect_left(missed, bound) for bound in bounds]
+    return [a < b for a, b in zip(edges, edges[1:], strict=False)]
 
 
 def mark_cells(marks: list[Span], bounds: list[str]) -> list[bool]:

@@ -9,13 +9,18 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lockrun.backends.pause import Paused
+from lockrun.core.cadence import parse_cadence
+from lockrun.core.errors import BackendUnavailable, LedgerError
 from lockrun.system.host import hostname
 from lockrun.views import sources, timeline_charts
 from lockrun.views import timeline as tl
 from lockrun.views.reading import open_ledger_for_reading
+from lockrun.views.timeline_missed import LaneCadence, with_missed
 
 if TYPE_CHECKING:
     from lockrun.config.settings import Settings
+    from lockrun.ledger.store import Ledger
 
 
 class TimelineView(NamedTuple):
@@ -37,13 +42,54 @@ def timeline_view(
         rows = sources.fleet_rows_in(resolved, window, names)
         lanes = tl.lanes_from_rows(rows, window, host=host, by_host=by_host)
         labels = [tl.label(lane.name, lane.host) for lane in lanes]
-        yield TimelineView(labels, tl.layout(lanes, window), "the fleet record (every host)")
+        declared = _cadences(resolved, None, sorted({lane.name for lane in lanes}))
+        yield TimelineView(labels, with_missed(tl.layout(lanes, window), declared, window),
+                           "the fleet record (every host)")
         return
     book = open_ledger_for_reading(resolved.ledger_path)
     try:
         labels, charts = sources.ledger_timeline(book, window, names, host, by_host, per_run_below=per_run_below)
         details = timeline_charts.run_details(book, host) if with_details and book is not None else None
-        yield TimelineView(labels, charts, f"the ledger of {hostname()}", details)
+        declared = _cadences(resolved, book, None) if host is None and not by_host else {}
+        yield TimelineView(labels, with_missed(charts, declared, window), f"the ledger of {hostname()}", details)
     finally:
         if book is not None:
             book.close()
+
+
+def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) -> dict[str, LaneCadence]:
+    """The declared cadences to mark missed starts by: the fleet-wide ones (``book`` None: the
+    fleet record's timeline), else this host's ledger's; none that cannot be read. A name paused
+    now missed nothing since its pause began (the fleet record keeps no entry of a paused skip,
+    and nothing may have fired here meanwhile)."""
+    from lockrun.backends.connect import open_backend
+
+    stored: dict[str, tuple[object, object]] = {}
+    if book is not None:
+        try:
+            stored = book.cadences(names)
+        except LedgerError:
+            return {}
+        if not stored:
+            return {}  # nothing declared: no backend to ask
+    pauses: dict[str, Paused] = {}
+    raw: dict[str, object] = {}
+    try:
+        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+        try:
+            pauses = backend.pauses(names)
+            if book is None:
+                raw = backend.cadences(names or [])
+        finally:
+            backend.close()
+    except BackendUnavailable:
+        if book is None:
+            return {}
+    declared = ({name: (parse_cadence(text), at) for name, (text, at) in stored.items()} if book is not None
+                else {name: (parse_cadence(value), None) for name, value in raw.items()})
+    return {name: LaneCadence(cadence, at, _pause_began(pauses.get(name)))
+            for name, (cadence, at) in declared.items() if cadence is not None}
+
+
+def _pause_began(pause: Paused | None) -> str | None:
+    return pause.when if pause is not None and pause.problem is None else None

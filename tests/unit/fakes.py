@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
+from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
 from lockrun.core.clock import iso_ago
@@ -245,6 +246,21 @@ class FakeBackend(Backend):
 
     def fleet_record(self) -> None:
         return None
+
+    def pause(self, name: str, request: PauseRequest) -> Paused:
+        raise NotImplementedError("pauses are tested through real processes (tests/test_pause.py)")
+
+    def resume(self, name: str) -> bool:
+        return False
+
+    def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
+        return {}
+
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        return {}
+
+    def known_names(self) -> list[str]:
+        return self.lock_names()
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         return [

@@ -16,7 +16,7 @@ def test_the_statuses_a_run_can_end_in() -> None:
     assert set(Status) - set(FINAL_STATUSES) == {Status.RUNNING, Status.UNLOCKED, Status.ABANDONED}
     assert len(FINAL_STATUSES) == len(set(FINAL_STATUSES))
     assert tuple(status.value for status in FINAL_STATUSES) == NOTIFY_STATUSES
-    assert {Status.BUSY, Status.DUPLICATE, Status.UNLOCKED} == NOT_A_RUN
+    assert {Status.BUSY, Status.DUPLICATE, Status.UNLOCKED, Status.PAUSED} == NOT_A_RUN
     assert {Status.RUNNING, Status.ABANDONED} == IN_PROGRESS
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
+from lockrun.backends.local.pauses import LocalPauses
 from lockrun.backends.local.records import (
     SUCCESS_FIELD,
     Description,
@@ -36,6 +37,7 @@ from lockrun.backends.local.records import (
     stored_fence,
 )
 from lockrun.backends.local.waiting import MAX_WATCHED, KernelWaits
+from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import (
     LOST,
     PREEMPTED,
@@ -66,6 +68,7 @@ class LocalBackend:
         self.files = LockFiles(self.state_dir)
         self.records = LockRecords(self.files)
         self.inspection = LocalInspection(self.files, self.records)
+        self._pauses = LocalPauses(self.files)
         self._held: dict[str, int] = {}  # token -> locked descriptor
         self._slot_of: dict[str, int] = {}  # token -> slot index, for --slots leases
         self._slots_of_name: dict[str, int] = {}  # name -> the --slots N of its last acquire, for waiting
@@ -79,7 +82,7 @@ class LocalBackend:
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
         slots: int = 1, last_try: bool = True, once_every: float | None = None,
-    ) -> Lease | Holder | Duplicate | TooSoon:
+    ) -> Lease | Holder | Duplicate | TooSoon | Paused:
         self.files.ready()
         self._slots_of_name[name] = slots
         if slots > 1:
@@ -96,7 +99,7 @@ class LocalBackend:
                 os.close(fd)
                 if holder is None:
                     continue  # released between our try and our look: try again
-                return holder
+                return self._paused(name) or holder
             if not same_file(fd, path):
                 os.close(fd)  # unlinked by unlock --force after we opened it: not the lock any more
                 continue
@@ -104,7 +107,11 @@ class LocalBackend:
             still_cooling = cooling(name, previous)
             if still_cooling is not None:
                 os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
-                return still_cooling
+                return self._paused(name) or still_cooling
+            pause = self._pauses.of(name)  # under the lock, as the Redis acquire reads it
+            if pause is not None and pause.problem is None:
+                os.close(fd)
+                return pause
             duplicate = self._once_checks(fd, name, once, ttl)
             if duplicate is not None:
                 return duplicate
@@ -125,12 +132,13 @@ class LocalBackend:
                 os.close(fd)
                 raise self._cannot_write(exc) from None
             self._held[token] = fd
-            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once)
+            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
+                         pause_problem=pause.problem if pause is not None else None)
         raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
 
     def _acquire_slot(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int
-    ) -> Lease | Holder | Duplicate:
+    ) -> Lease | Holder | Duplicate | Paused:
         """--slots N: N lock files, one kernel lock each; the first free one is ours."""
         if locked_by_other(self.files.lock_path(name)):
             raise SlotsMismatch(name, 1, slots)
@@ -149,6 +157,10 @@ class LocalBackend:
             if not same_file(fd, path):
                 os.close(fd)
                 continue
+            pause = self._pauses.of(name)
+            if pause is not None and pause.problem is None:
+                os.close(fd)
+                return pause
             duplicate = self._once_checks(fd, name, once, ttl)
             if duplicate is not None:
                 return duplicate
@@ -165,8 +177,14 @@ class LocalBackend:
             self._held[token] = fd
             self._slot_of[token] = slot
             return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
-                         slots=slots)
-        return busy or Holder(name=name, slotted=True)
+                         slots=slots, pause_problem=pause.problem if pause is not None else None)
+        return self._paused(name) or busy or Holder(name=name, slotted=True)
+
+    def _paused(self, name: str) -> Paused | None:
+        """The pause of a busy name (a run of a paused name neither waits nor asks a holder to stop,
+        as in Redis); None when it is not paused, or its pause is malformed (then: busy)."""
+        pause = self._pauses.of(name)
+        return pause if pause is not None and pause.problem is None else None
 
     def _once_checks(self, fd: int, name: str, once: OnceKey | None, ttl: float) -> Duplicate | None:
         """Under the lock just taken: the name's zone (a mismatch raises) and the --once key's mark
@@ -335,6 +353,26 @@ class LocalBackend:
                 st = os.fstat(fd)
                 held.add((st.st_dev, st.st_ino))
         return held
+
+    # -- pauses (docs/operating.md "Pausing a job") --------------------------------------------------
+
+    def pause(self, name: str, request: PauseRequest) -> Paused:
+        return self._pauses.pause(name, request)
+
+    def resume(self, name: str) -> bool:
+        return self._pauses.resume(name)
+
+    def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
+        return self._pauses.read(names)
+
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        """Nothing: on this host-only backend the ledger keeps each name's cadence."""
+        return {}
+
+    def known_names(self) -> list[str]:
+        """The names with a lock file or a pause here (the ledger knows the rest)."""
+        names = {holder.name for holder in self.holders()}
+        return sorted(names | set(self.pauses()))
 
     # -- inspection -------------------------------------------------------------------------------
 

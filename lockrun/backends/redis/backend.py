@@ -21,11 +21,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.redis.client import REDIS_ERRORS, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis.keys import lock_keys, registry_key
 from lockrun.backends.redis.replicas import ReplicaWait
-from lockrun.backends.redis.replies import int_or_none, script_int, text
+from lockrun.backends.redis.replies import int_or_none, pairs, script_int, text
 from lockrun.backends.redis.scripts import acquire_call, clear_foreign_call, preempt_call, release_call, renew_call
 from lockrun.backends.values import (
     LOST,
@@ -41,11 +42,13 @@ from lockrun.backends.values import (
 )
 from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
+from lockrun.core.readers import written_by_others
 from lockrun.core.zones import recorded_zone, shown_record
 
 if TYPE_CHECKING:
     from lockrun.backends.redis.fleet import RedisFleetRecord
     from lockrun.backends.redis.inspect import RedisInspection
+    from lockrun.backends.redis.pauses import RedisPauses
 
 __all__ = ["REDIS_ERRORS", "RedisBackend", "lock_keys"]
 
@@ -91,7 +94,7 @@ class RedisBackend:
     def acquire(
         self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None = None,
         slots: int = 1, last_try: bool = True, once_every: float | None = None,
-    ) -> Lease | Holder | Duplicate | TooSoon:
+    ) -> Lease | Holder | Duplicate | TooSoon | Paused:
         keys = lock_keys(self.prefix, name)
         call = acquire_call(keys, token, ttl, info, once, slots, last_try, self.fleet, self.allow_eviction,
                             registry=self.registry_key, once_every=once_every)
@@ -110,11 +113,15 @@ class RedisBackend:
         outcome = script_int(reply[0])
         if outcome == 1:
             lease = Lease(name=name, token=token, fencing_token=script_int(reply[1]), ttl=ttl, sent_at=sent_at,
-                          once=once, slots=slots, evicting=(text(reply[2]) or None) if len(reply) > 2 else None)
+                          once=once, slots=slots, evicting=(text(reply[2]) or None) if len(reply) > 2 else None,
+                          pause_problem=(written_by_others(f"{keys.paused} is {text(reply[3])}") if len(reply) > 3
+                                         and text(reply[3]) else None))
             return self.replica_wait.confirmed(lease, self.prefix, got, known) if got is not None else lease
         if outcome == 2 and once is not None:
             return Duplicate(name=name, key=once.key)
-        if outcome == 3 and once_every:
+        if outcome == 3:
+            return Paused.from_fields(name, pairs(reply[1]))
+        if outcome == 5 and once_every:
             return TooSoon(name=name, success_at=script_int(reply[1]) / 1000, now=script_int(reply[2]) / 1000)
         if outcome == -1:
             raise SlotsMismatch(name, script_int(reply[1]), slots)
@@ -206,6 +213,30 @@ class RedisBackend:
         if timeout <= 0:
             return
         self.connection.blocking_pop(lock_keys(self.prefix, name).wake, timeout, interruptible)
+
+    # -- pauses (docs/operating.md "Pausing a job") -------------------------------------
+
+    @functools.cached_property
+    def _pauses(self) -> RedisPauses:
+        from lockrun.backends.redis.pauses import RedisPauses
+
+        return RedisPauses(self.connection, self.fleet.keep_ms, self.registry_key, self.inspection.registry)
+
+    def pause(self, name: str, request: PauseRequest) -> Paused:
+        return self._pauses.pause(name, request)
+
+    def resume(self, name: str) -> bool:
+        return self._pauses.resume(name)
+
+    def pauses(self, names: list[str] | None = None) -> dict[str, Paused]:
+        return self._pauses.read(names)
+
+    def cadences(self, names: list[str]) -> dict[str, object]:
+        return self._pauses.cadences(names)
+
+    def known_names(self) -> list[str]:
+        """Every name the registry knows (on a Cluster: every name with a lock, fleet record or pause key)."""
+        return sorted(self.inspection.registry.names(("lock", "slots", "runs", "last", "paused", "cadence")))
 
     # -- inspection -----------------------------------------------------------------
 

@@ -50,6 +50,16 @@ class LockKeys(NamedTuple):
         return f"{self.base}:skips"
 
     @property
+    def paused(self) -> str:
+        """The name's pause (``lockrun pause``, docs/operating.md "Pausing a job"): a hash that expires at its end."""
+        return f"{self.base}:paused"
+
+    @property
+    def cadence(self) -> str:
+        """The name's declared cadence (docs/operating.md "Declaring a cadence"), written by the acquire scripts."""
+        return f"{self.base}:cadence"
+
+    @property
     def once_tz(self) -> str:
         """The time zone the name's --once periods are computed in (docs/guarantees.md "One zone per name")."""
         return f"{self.base}:once_tz"

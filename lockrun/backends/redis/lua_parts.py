@@ -284,3 +284,45 @@ local function heartbeat(key)
   redis.call('HSET', key, 'heartbeat_at', iso_utc(tonumber(t[1]), tonumber(t[2])))
 end
 """
+
+# pause_of(key): the name's pause (``lockrun pause``, docs/operating.md "Pausing a job"), which the
+# acquire scripts read under the lock they just took, in the same EVAL (no round trip of its own).
+# nil: none; {1, hash as a flat list}: a pause lockrun wrote (a hash with a numeric until_ms and an
+# expiry: PEXPIREAT its end); {0, why}: something else sits there, which is not honoured (the run
+# goes on and says so: a pause whose end nobody can read would silence the job for good). The key
+# is the lock key's sibling, as the wake list is: KEYS[1] (or KEYS[5] of a --slots acquire) with
+# ``paused`` for ``lock``, in the same hash slot.
+PAUSE_LUA = """
+local function pause_of(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return {0, 'a ' .. kind .. ', not a hash'} end
+  if not tonumber(redis.call('HGET', key, 'until_ms') or '') then return {0, 'a hash without until_ms'} end
+  if redis.call('PTTL', key) < 0 then return {0, 'a hash without an expiry'} end
+  return {1, redis.call('HGETALL', key)}
+end
+local function pause_problem(pause)
+  if pause and pause[1] == 0 then return pause[2] end
+  return ''
+end
+"""
+
+# declare_cadence(key, first, keep): the cadence a run declares (--every/--schedule, --grace; docs/
+# operating.md "Declaring a cadence"), an info pair ``cadence`` among ARGV[first..], kept with the
+# name in ``key`` (the lock key's sibling ``cadence``, as PAUSE_LUA's): written only when it
+# changed, so that a run that declares what the last one did costs the fleet record no memory;
+# its expiry follows the fleet record's (keep ms from the newest declaring run).
+CADENCE_LUA = """
+local function declare_cadence(key, first, keep)
+  for i = first, #ARGV - 1, 2 do
+    if ARGV[i] == 'cadence' then
+      if redis.pcall('GET', key) == ARGV[i + 1] then
+        redis.pcall('PEXPIRE', key, keep)
+      else
+        redis.pcall('SET', key, ARGV[i + 1], 'PX', keep)
+      end
+      return
+    end
+  end
+end
+"""

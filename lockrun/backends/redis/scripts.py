@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from lockrun.backends.pause import PauseRequest
 from lockrun.backends.redis.keys import LockKeys
 from lockrun.backends.redis.lua_parts import (
     ACQUIRE_CHECKS_LUA,
+    CADENCE_LUA,
+    FLEET_COMMON_LUA,
     FLEET_END_LUA,
     FLEET_START_LUA,
     HEARTBEAT_LUA,
+    PAUSE_LUA,
     RELEASE_LUA,
     WAKE_LUA,
 )
@@ -35,16 +39,20 @@ from lockrun.core.record import row_json_parts, tail_for_fleet
 # Returns {1, fence, evicting} when taken (a preemption request meant for the previous holder is
 # dropped, and so are wake-ups left in the wake list, KEYS[1]'s sibling ``...:wake``; evicting:
 # the policy of a server that may evict and was allowed to, '?' when it could not tell, else '');
-# {2} when the --once key (KEYS[10]) is already done, and {3, success_ms, now_ms} when the name's
+# {2} when the --once key (KEYS[10]) is already done, and {5, success_ms, now_ms} when the name's
 # last success started less than once_every_ms ago (both by the server's clock), in which cases
-# the lock is given straight back; {-1, n} when the name is in use with --slots n; {-2, policy,
+# the lock is given straight back; {3, pause-hash-as-flat-list} when the name is paused
+# (PAUSE_LUA: read under the lock just taken, which is given straight back, or beside the holder
+# of a busy one: a paused name's run neither waits nor asks a holder to stop; counted as
+# 'paused'); a taken lock's reply carries, 4th, what sits at the pause key when it is no pause
+# lockrun wrote ('' when none); {-1, n} when the name is in use with --slots n; {-2, policy,
 # maxmemory, why} when the server may evict keys (see ACQUIRE_CHECKS_LUA); {-3, zone, length} when
 # the name's --once periods are recorded in another zone, {-4, kind} when once_tz is not a string;
 # else {0, pttl, info-hash-as-flat-list}. The fence is max(counter + 1, server TIME in µs), stored
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly). INCRBY 0
 # reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
@@ -55,6 +63,12 @@ end
 local conflict = zone_conflict(KEYS[11], ARGV[7])
 if conflict then return refused_zone(conflict) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local pause = pause_of(string.sub(KEYS[1], 1, -5) .. 'paused')
+  if pause and pause[1] == 1 then
+    redis.call('DEL', KEYS[1])
+    record_count(KEYS[7], KEYS[9], ARGV[5], 'paused', info_value(10, 'host'))
+    return {3, pause[2]}
+  end
   if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
     redis.call('DEL', KEYS[1])
     record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
@@ -68,7 +82,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if success_ms and now_ms - success_ms < every then
       redis.call('DEL', KEYS[1])
       record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
-      return {3, string.format('%.0f', success_ms), string.format('%.0f', now_ms)}
+      return {5, string.format('%.0f', success_ms), string.format('%.0f', now_ms)}
     end
   end
   keep_zone(KEYS[11], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
@@ -82,7 +96,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   heartbeat(KEYS[2])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   record_start(KEYS[8], KEYS[9], ARGV[5], fence, 10, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
-  return {1, fence, evicting_policy(evicts)}
+  declare_cadence(string.sub(KEYS[1], 1, -5) .. 'cadence', 10, ARGV[5])
+  return {1, fence, evicting_policy(evicts), pause_problem(pause)}
+end
+local paused = pause_of(string.sub(KEYS[1], 1, -5) .. 'paused')  -- a busy name that is paused: a paused skip
+if paused and paused[1] == 1 then
+  record_count(KEYS[7], KEYS[9], ARGV[5], 'paused', info_value(10, 'host'))
+  return {3, paused[2]}
 end
 if ARGV[3] == '1' then
   record_count(KEYS[7], KEYS[9], ARGV[5], 'busy', info_value(10, 'host'))
@@ -156,11 +176,12 @@ return 0
 # KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts, open,
 # names (or the slots key again), then [done[, once_tz]]. ARGV: token, ttl_ms, n, last_try,
 # maxlen, keep_ms, allow_eviction, zone, remember_ms, then info field/value pairs.
-# Returns {1, fence, evicting}; {2} for a done --once key; {-1, n} when the name is in use with
+# Returns {1, fence, evicting, pause problem}; {2} for a done --once key; {3, pause} for a paused
+# name; {-1, n} when the name is in use with
 # another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + """
+SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
@@ -179,12 +200,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= n then
+  local paused = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
+  if paused and paused[1] == 1 then
+    record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
+    return {3, paused[2]}
+  end
   if ARGV[4] == '1' then
     record_count(KEYS[7], KEYS[9], ARGV[6], 'busy', info_value(10, 'host'))
   end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
   return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
+end
+local pause = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
+if pause and pause[1] == 1 then
+  record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
+  return {3, pause[2]}
 end
 if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
   record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate', info_value(10, 'host'))
@@ -203,7 +234,8 @@ redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpac
 heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
 record_start(KEYS[8], KEYS[9], ARGV[6], fence, 10, now, n)
-return {1, fence, evicting_policy(evicts)}
+declare_cadence(string.sub(KEYS[5], 1, -5) .. 'cadence', 10, ARGV[6])
+return {1, fence, evicting_policy(evicts), pause_problem(pause)}
 """
 
 # Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired; stamp
@@ -418,3 +450,34 @@ for i = 1, #KEYS, 4 do
 end
 return cjson.encode({out, t})
 """
+
+
+# ``lockrun pause`` (docs/operating.md "Pausing a job"): replace the name's pause with a new one
+# that expires at its end (PEXPIREAT), and register the name. The end is ARGV[1] ms from the
+# server's TIME (--for), else ARGV[2], epoch ms (--until). KEYS: paused, names (the registry, or
+# the paused key again: none). ARGV: for_ms or '', until_ms or '', who, where, reason, keep_ms.
+# Returns {1, the pause as a flat list}, or {0, now_ms} when its end is not after the server's now.
+PAUSE_SCRIPT = FLEET_COMMON_LUA + HEARTBEAT_LUA + """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = tonumber(ARGV[2])
+if ARGV[1] ~= '' then until_ms = now + tonumber(ARGV[1]) end
+if not until_ms or until_ms <= now then return {0, string.format('%.0f', now)} end
+local ends = math.floor(until_ms / 1000)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'who', ARGV[3], 'where', ARGV[4], 'reason', ARGV[5],
+  'when', iso_utc(tonumber(t[1]), tonumber(t[2])), 'until', iso_utc(ends, (until_ms - ends * 1000) * 1000),
+  'until_ms', string.format('%.0f', until_ms))
+redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', until_ms))
+register(KEYS[2], ARGV[6], now)
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+
+
+def pause_call(keys: LockKeys, request: PauseRequest, keep_ms: int, registry: str | None) -> ScriptCall:
+    """PAUSE_SCRIPT for one name: its end by the server's clock (--for) or at a time (--until)."""
+    for_ms: Arg = ms(request.for_s) if request.for_s is not None else ""
+    until_ms: Arg = int(request.until_epoch_s * 1000) if request.until_epoch_s is not None else ""
+    return ScriptCall(PAUSE_SCRIPT, [keys.paused, registry or keys.paused],
+                      [for_ms, until_ms, request.who, request.where, request.reason, keep_ms])

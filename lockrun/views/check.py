@@ -1,0 +1,237 @@
+"""``lockrun check``: a Nagios/Icinga/Sensu plugin over what ``status --all`` knows (docs/operating.md
+"Monitoring: lockrun check"). Each name is judged on its own, the worst judgement is the plugin's:
+
+- OK (0): nothing below; a paused name is OK, "paused until ...", whatever else it shows;
+- WARNING (1): a zombie or malformed lock, a malformed pause, or a Redis that may evict keys;
+- CRITICAL (2): overdue (a declared cadence: --every/--schedule), the last run failed (any of the
+  failures: failed, timeout, lost, killed, abandoned, error, unavailable), or, for a name with no
+  declaration, ``--max-age`` since its last success passed;
+- UNKNOWN (3): the backend or the ledger cannot be read, or a named name lockrun knows nothing of.
+
+CRITICAL wins over UNKNOWN, UNKNOWN over WARNING (SEVERITY).
+
+The answer is one first line (``LOCKRUN CRITICAL - nightly overdue 3h12m (last success 27h ago on
+app-2)``) with perfdata (``| nightly_age=97200s;;86700``: seconds since each name's last success,
+and the age at which it is critical when that is known), then one line per name that is not OK.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from lockrun.core.cadence import overdue_text
+from lockrun.core.clock import age_s, human_duration, parse_iso
+from lockrun.core.errors import BackendUnavailable, LedgerError
+from lockrun.core.readers import text_of
+from lockrun.core.record import FAILURE_STATUSES, Status
+
+if TYPE_CHECKING:
+    from lockrun.backends.protocol import Backend
+    from lockrun.config.settings import Settings
+    from lockrun.ledger.store import Ledger
+    from lockrun.views.status import LockEntry
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+#: The plugin states by exit code (the Nagios plugin guidelines).
+STATE_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
+#: Which state wins when names differ: CRITICAL over UNKNOWN over WARNING (a failed job must not
+#: hide behind a name nobody knows).
+SEVERITY = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
+#: How many names' reasons the first line names before "and N more".
+FIRST_LINE_NAMES = 3
+_PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class NameCheck(NamedTuple):
+    """One name's judgement, as ``check --json`` lists it."""
+
+    name: str
+    state: int
+    reasons: tuple[str, ...]
+    age_s: float | None  # since the last success (None: none known)
+    critical_age_s: float | None  # the age at which it is critical (cadence + grace, or --max-age)
+    last_success_at: str | None
+    entries: tuple[LockEntry, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        first = self.entries[0] if self.entries else None
+        return {
+            "name": self.name, "status": STATE_NAMES[self.state], "reasons": list(self.reasons),
+            "age_s": self.age_s, "critical_age_s": self.critical_age_s, "last_success_at": self.last_success_at,
+            "paused": first["paused"] if first else None, "cadence": first["cadence"] if first else None,
+            "next_due": first["next_due"] if first else None, "overdue_s": first["overdue_s"] if first else None,
+            "states": [entry["state"] for entry in self.entries],
+            "last_run": first["last_run"] if first else None,
+        }
+
+
+class CheckReport(NamedTuple):
+    state: int
+    first_line: str
+    details: tuple[str, ...]  # the lines after the first: one per name that is not OK, and warnings
+    names: tuple[NameCheck, ...]
+    perfdata: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": STATE_NAMES[self.state], "exit_code": self.state, "summary": self.first_line,
+                "details": list(self.details), "perfdata": self.perfdata,
+                "names": [name.as_json() for name in self.names]}
+
+
+def unknown(why: str) -> CheckReport:
+    """The plugin's answer when it cannot judge at all."""
+    return CheckReport(UNKNOWN, f"LOCKRUN UNKNOWN - {why}", (), (), "")
+
+
+def check_report(resolved: Settings, names: list[str] | None, max_age_s: float | None) -> CheckReport:
+    """Ask the backend and the ledger, and judge every name (or exactly the named ones)."""
+    from lockrun.backends.connect import open_backend
+    from lockrun.views.reading import open_ledger_or_warning
+    from lockrun.views.status import evicting_servers, lock_states
+
+    backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+    book, ledger_warning = open_ledger_or_warning(resolved.ledger_path)
+    try:
+        if ledger_warning:
+            return unknown(ledger_warning.removeprefix("warning: "))
+        try:
+            entries = lock_states(backend, book, names, every_name=names is None)
+            successes = last_successes(backend, book, sorted({entry["name"] for entry in entries}))
+            evicting = evicting_servers(backend)
+        except BackendUnavailable as exc:
+            return unknown(f"backend unreachable: {exc}")
+        except LedgerError as exc:
+            return unknown(f"cannot read the run ledger: {exc}")
+    finally:
+        backend.close()
+        if book is not None:
+            book.close()
+    return judge_all(entries, successes, evicting, names, max_age_s)
+
+
+def last_successes(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, tuple[str, str | None]]:
+    """Each name's last success: (when it ended, on which host if known), the newer of the fleet
+    record's and this host's ledger's."""
+    found: dict[str, tuple[str, str | None]] = {}
+    record = backend.fleet_record()
+    if record is not None and names:
+        for name, (_row, success_at) in record.lasts(names).items():
+            text = text_of(success_at) if success_at is not None else ""
+            if parse_iso(text) is not None:
+                found[name] = (text, None)
+    if ledger is not None:
+        for name in names:
+            row = ledger.last_with_status(name, Status.SUCCEEDED)
+            when = (row or {}).get("ended_at") or (row or {}).get("started_at")
+            if isinstance(when, str) and parse_iso(when) is not None and when >= found.get(name, ("", None))[0]:
+                found[name] = (when, row.get("host") if row else None)
+    return found
+
+
+def judge_all(entries: list[LockEntry], successes: dict[str, tuple[str, str | None]], evicting: list[str],
+              names: list[str] | None, max_age_s: float | None, now: datetime | None = None) -> CheckReport:
+    moment = now or datetime.now(timezone.utc)
+    groups: dict[str, list[LockEntry]] = {}
+    for entry in entries:
+        groups.setdefault(entry["name"], []).append(entry)
+    checks = [judge_name(name, groups.get(name, []), successes.get(name), max_age_s, moment, named=names is not None)
+              for name in (list(dict.fromkeys(names)) if names is not None else sorted(groups))]
+    state = max([check.state for check in checks] + [WARNING if evicting else OK], key=SEVERITY.__getitem__)
+    details = [f"{check.name}: {STATE_NAMES[check.state]}: {'; '.join(check.reasons)}"
+               for check in checks if check.state != OK]
+    details += evicting
+    return CheckReport(state, first_line(state, checks, evicting), tuple(details), tuple(checks), perfdata(checks))
+
+
+def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | None] | None,
+               max_age_s: float | None, now: datetime, named: bool) -> NameCheck:
+    """One name's state and why."""
+    success_at, success_host = success if success else (None, None)
+    age = age_s(success_at, now) if success_at else None
+    first = entries[0] if entries else None
+    if first is None or not any((first["last_run"], first["cadence"], first["paused"],
+                                 any(entry["state"] != "free" for entry in entries))):
+        reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else "no record"
+        return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
+    cadence = first["cadence"]
+    critical_age = _critical_age(cadence, max_age_s)
+    since = _since(age, success_host)
+    pause = first["paused"]
+    if pause and not pause.get("problem"):
+        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, critical_age, success_at,
+                         tuple(entries))
+    critical: list[str] = []
+    warning: list[str] = []
+    if first["overdue_s"] is not None:
+        critical.append(f"{name} overdue {overdue_text(first['overdue_s'])} ({since})")
+    last = first["last_run"]
+    if last and last.get("status") in FAILURE_STATUSES:
+        ago = age_s(last.get("ended_at") or last.get("started_at"), now)
+        when = f" {human_duration(ago)} ago" if ago is not None else ""
+        critical.append(f"{name} last run {last['status']} on {last.get('host') or '?'}{when} ({since})")
+    if cadence is None and max_age_s is not None and (age is None or age > max_age_s):
+        critical.append(f"{name} {since}, more than --max-age {human_duration(max_age_s)}")
+    for entry in entries:
+        if entry["state"] in ("zombie", "malformed"):
+            holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
+            what = f": {entry['problem']}" if entry["problem"] else ""
+            warning.append(f"{name} lock is {entry['state']} (held by {holder}{what})")
+    if pause and pause.get("problem"):
+        warning.append(f"{name} has a malformed pause, not honoured ({pause['problem']})")
+    if critical:
+        return NameCheck(name, CRITICAL, tuple(critical + warning), age, critical_age, success_at, tuple(entries))
+    if warning:
+        return NameCheck(name, WARNING, tuple(warning), age, critical_age, success_at, tuple(entries))
+    return NameCheck(name, OK, (), age, critical_age, success_at, tuple(entries))
+
+
+def _since(age: float | None, host: str | None) -> str:
+    if age is None:
+        return "no success recorded"
+    return f"last success {human_duration(age)} ago" + (f" on {host}" if host else "")
+
+
+def _critical_age(cadence: dict[str, Any] | None, max_age_s: float | None) -> float | None:
+    if cadence is None:
+        return max_age_s
+    if cadence.get("every_s") is not None:
+        return float(cadence["every_s"]) + float(cadence.get("grace_s") or 0)
+    return None  # a schedule's gaps differ: no one age
+
+
+def first_line(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
+    """``LOCKRUN CRITICAL - nightly overdue 3h12m (...)``, naming the worst names first."""
+    worst = [check for check in checks if check.state == state and check.reasons and state != OK]
+    if worst:
+        shown = [check.reasons[0] for check in worst[:FIRST_LINE_NAMES]]
+        more = len(worst) - len(shown)
+        text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    elif state == WARNING and evicting:
+        text = evicting[0]
+    else:
+        paused = [check.reasons[0] for check in checks if check.reasons and check.state == OK and "paused" in
+                  check.reasons[0]]
+        text = f"{len(checks)} name{'s' if len(checks) != 1 else ''} checked"
+        if paused:
+            text = "; ".join([*paused[:FIRST_LINE_NAMES], text])
+    line = f"LOCKRUN {STATE_NAMES[state]} - {text}"
+    data = perfdata(checks)
+    return f"{line} | {data}" if data else line
+
+
+def _label(name: str) -> str:
+    label = f"{name}_age"
+    return label if _PLAIN_LABEL.fullmatch(label) else "'" + label.replace("'", "") + "'"
+
+
+def perfdata(checks: list[NameCheck]) -> str:
+    """``name_age=97200s;;86700`` per name with a known last success (the Nagios perfdata syntax)."""
+    parts = []
+    for check in checks:
+        if check.age_s is None:
+            continue
+        critical = f";;{check.critical_age_s:.0f}" if check.critical_age_s is not None else ""
+        parts.append(f"{_label(check.name)}={check.age_s:.0f}s{critical}")
+    return " ".join(parts)

@@ -1,0 +1,111 @@
+"""Due times for ``status --all`` and ``lockrun check`` (docs/operating.md "Declaring a cadence"):
+each name's declared cadence, from the backend (Redis: the fleet-wide one, newest declaration)
+or else this host's ledger, judged against its newest start (core/cadence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from lockrun.core.cadence import Cadence, judge, parse_cadence
+from lockrun.core.clock import ISO_FORMAT
+from lockrun.core.errors import BackendUnavailable, LedgerError
+
+if TYPE_CHECKING:
+    from lockrun.backends.protocol import Backend
+    from lockrun.config.settings import Settings
+    from lockrun.ledger.metrics import JobFacts
+    from lockrun.ledger.store import Ledger
+
+
+class Declared(NamedTuple):
+    cadence: Cadence
+    declared_at: object  # when the ledger first saw it so (None from Redis, which keeps no such time)
+
+
+def declared_cadences(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, Declared]:
+    """The usable declaration of each name: the backend's, else the ledger's (a stored value that
+    is none lockrun can use counts as no declaration)."""
+    stored: dict[str, tuple[object, object]] = {}
+    if ledger is not None:
+        try:
+            stored = ledger.cadences(names)
+        except LedgerError:
+            stored = {}
+    fleet = backend.cadences(names) if names else {}
+    found: dict[str, Declared] = {}
+    for name in names:
+        text, declared_at = stored.get(name, (None, None))
+        fleet_cadence = parse_cadence(fleet.get(name))
+        cadence = fleet_cadence or parse_cadence(text)
+        if cadence is not None:
+            found[name] = Declared(cadence, declared_at if fleet_cadence is None else None)
+    return found
+
+
+def cadence_json(cadence: Cadence) -> dict[str, Any]:
+    return {"every_s": cadence.every_s, "schedule": cadence.schedule, "tz": cadence.tz, "grace_s": cadence.grace_s}
+
+
+class DueFields(NamedTuple):
+    """What an entry of ``status --all`` or ``check`` says of a name's cadence (LockEntry's fields)."""
+
+    cadence: dict[str, Any]
+    next_due: str | None
+    overdue_s: float | None
+
+
+def due_fields(found: Declared, starts: Sequence[object], paused: bool, now: datetime | None = None) -> DueFields:
+    """The declaration judged against the newest of ``starts`` (ISO times; a holder's and the last
+    run's) at ``now``: its next due time, and how overdue (``paused``: never; a name that is paused,
+    or held by a run in progress)."""
+    texts = [start for start in starts if isinstance(start, str) and start]
+    due = judge(found.cadence, max(texts) if texts else None, found.declared_at, now or datetime.now(timezone.utc),
+                paused=paused)
+    return DueFields(cadence_json(found.cadence),
+                     due.next_due.strftime(ISO_FORMAT) if due.next_due is not None else None,
+                     round(due.overdue_s, 3) if due.overdue_s is not None else None)
+
+
+def with_due_times(resolved: Settings, facts: list[JobFacts], ledger: Ledger | None) -> list[JobFacts]:
+    """``lockrun metrics``' facts with each name's pause, next due start and overdue: the pauses and
+    (with Redis) the fleet-wide declarations from the backend, the ledger's declarations else. A
+    backend that cannot be asked leaves those gauges out (the ledger's metrics still matter)."""
+    from lockrun.backends.connect import open_backend
+
+    names = [job.name for job in facts]
+    if not names:
+        return facts
+    pauses: dict[str, Any] | None = None
+    backend_cadences: dict[str, object] = {}
+    try:
+        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+        try:
+            pauses = backend.pauses(names)
+            backend_cadences = backend.cadences(names)
+        finally:
+            backend.close()
+    except BackendUnavailable:
+        pauses = None
+    stored: dict[str, tuple[object, object]] = {}
+    if ledger is not None:
+        try:
+            stored = ledger.cadences(names)
+        except LedgerError:
+            stored = {}
+    found = []
+    for job in facts:
+        paused = None if pauses is None else (job.name in pauses and not pauses[job.name].problem)
+        text, declared_at = stored.get(job.name, (None, None))
+        fleet_cadence = parse_cadence(backend_cadences.get(job.name))
+        cadence = fleet_cadence or parse_cadence(text)
+        if cadence is None:
+            found.append(job._replace(paused=paused))
+            continue
+        due = judge(cadence, (job.last or {}).get("started_at"), None if fleet_cadence else declared_at,
+                    datetime.now(timezone.utc), paused=bool(paused))
+        found.append(job._replace(paused=paused, next_due_at=due.next_due.timestamp() if due.next_due else None,
+                                  overdue=due.overdue_s is not None if due.next_due else None))
+    return found

@@ -1,0 +1,110 @@
+"""`lockrun check` (docs/operating.md "Monitoring: lockrun check"): a Nagios plugin through real
+processes: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, one first line with perfdata."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.conftest import run_lockrun, wait_until
+
+PERFDATA = re.compile(r"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| ('?[^=' ]+'?=\d+s(;;\d+)?)( |$)+)?$")
+
+
+def check(env, *args):
+    result = run_lockrun(env, "check", *args)
+    assert "Traceback" not in result.stderr and result.stderr == "", result.stderr
+    first = result.stdout.splitlines()[0]
+    assert PERFDATA.match(first), first
+    return result.returncode, first, result.stdout.splitlines()[1:]
+
+
+def test_ok_then_critical_for_a_failed_run_and_an_overdue_name(any_env):
+    assert run_lockrun(any_env, "-n", "hourly", "--every", "1h", "--", "true").returncode == 0
+    assert check(any_env)[:2] == (0, "LOCKRUN OK - 1 name checked | hourly_age=0s;;3900")
+
+    assert run_lockrun(any_env, "-n", "flaky", "--", "false").returncode == 1
+    code, first, details = check(any_env)
+    assert code == 2 and first.startswith("LOCKRUN CRITICAL - flaky last run failed on ")
+    assert "(no success recorded)" in first and details == [details[0]] and details[0].startswith("flaky: CRITICAL")
+
+    assert run_lockrun(any_env, "-n", "late", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    wait_until(lambda: "late overdue" in check(any_env, "late")[1], what="late to be overdue")
+    code, first, _ = check(any_env, "late")
+    assert code == 2 and re.match(r"LOCKRUN CRITICAL - late overdue \d+s \(last success [\d.]+s ago on \S+\)"
+                                  r" \| late_age=\d+s;;1$", first), first
+    assert check(any_env, "hourly")[0] == 0
+
+    report = json.loads(run_lockrun(any_env, "check", "--json").stdout)
+    assert report["status"] == "CRITICAL" and report["exit_code"] == 2
+    by_name = {entry["name"]: entry for entry in report["names"]}
+    assert by_name["hourly"]["status"] == "OK" and by_name["late"]["status"] == "CRITICAL"
+    assert by_name["late"]["overdue_s"] > 0 and by_name["flaky"]["last_run"]["status"] == "failed"
+
+
+def test_max_age_judges_names_with_no_declaration(any_env):
+    assert run_lockrun(any_env, "-n", "undeclared", "--", "true").returncode == 0
+    assert check(any_env, "undeclared")[0] == 0
+    assert check(any_env, "undeclared", "--max-age", "1h")[0] == 0
+    wait_until(lambda: check(any_env, "undeclared", "--max-age", "1")[0] == 2, what="the success to age")
+    first = check(any_env, "undeclared", "--max-age", "1")[1]
+    assert "undeclared last success" in first and "more than --max-age 1.0s" in first and ";;1" in first
+
+
+def test_a_paused_name_is_ok_paused_until(any_env):
+    assert run_lockrun(any_env, "-n", "nightly", "--every", "1", "--grace", "0", "--", "false").returncode == 1
+    assert check(any_env, "nightly")[0] == 2
+    assert run_lockrun(any_env, "pause", "nightly", "--for", "1h").returncode == 0
+    code, first, details = check(any_env, "nightly")
+    assert code == 0 and first.startswith("LOCKRUN OK - nightly paused until 20") and details == []
+
+
+def test_warning_for_a_malformed_lock_or_pause(env, redis_server):
+    assert run_lockrun(env, "-n", "job", "--", "true").returncode == 0
+    redis_server.client().rpush("lockrun:{job}:lock", "not a lock")
+    code, first, details = check(env, "job")
+    assert code == 1 and first.startswith("LOCKRUN WARNING - job lock is malformed"), first
+    redis_server.client().delete("lockrun:{job}:lock")
+    redis_server.client().set("lockrun:{job}:paused", "yes")
+    code, first, _ = check(env, "job")
+    assert code == 1 and "job has a malformed pause, not honoured" in first
+
+
+def test_warning_for_a_malformed_local_pause(local_env, tmp_path):
+    assert run_lockrun(local_env, "-n", "job", "--", "true").returncode == 0
+    (tmp_path / "state" / "locks" / "job~paused").write_text("{}")
+    code, first, _ = check(local_env)
+    assert code == 1 and "job has a malformed pause" in first
+
+
+def test_unknown_when_the_backend_is_down_or_the_name_unknown(env, redis_server):
+    assert run_lockrun(env, "-n", "job", "--", "true").returncode == 0
+    code, first, _ = check(env, "job", "nobody")
+    assert code == 3 and first.startswith("LOCKRUN UNKNOWN - nobody unknown to lockrun")
+    redis_server.kill()
+    result = run_lockrun(env, "check")
+    assert result.returncode == 3 and result.stdout.startswith("LOCKRUN UNKNOWN - backend unreachable: ")
+    assert result.stdout.count("\n") == 1 and result.stderr == ""
+    assert json.loads(run_lockrun(env, "check", "--json").stdout)["status"] == "UNKNOWN"
+
+
+def test_unknown_for_an_unreadable_ledger(local_env, tmp_path):
+    assert run_lockrun(local_env, "-n", "job", "--", "true").returncode == 0
+    ledger = tmp_path / "state" / "ledger.db"
+    ledger.chmod(0o666)  # others may write it: refused as the config file would be
+    result = run_lockrun(local_env, "check")
+    assert result.returncode == 3 and result.stdout.startswith("LOCKRUN UNKNOWN - cannot read the run ledger")
+
+
+def test_warning_for_a_redis_that_may_evict_keys(tmp_path):
+    from tests.conftest import RedisServer, isolated_env
+
+    server = RedisServer(args=("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")).start()
+    try:
+        env = {**isolated_env(tmp_path), "LOCKRUN_REDIS_URL": server.url}
+        assert run_lockrun(env, "-n", "job", "--allow-eviction", "--", "true").returncode == 0
+        code, first, details = check(env)
+        assert code == 1 and first.startswith("LOCKRUN WARNING - ") and "allkeys-lru" in first, first
+        assert any("allkeys-lru" in line for line in details)
+    finally:
+        server.cleanup()
