@@ -14,7 +14,13 @@ from typing import NamedTuple
 from lockrun.backends.redis.url import redact_url, url_without_credentials, validate_redis_url
 from lockrun.config.file import load_config, read_password_file
 from lockrun.config.values import parse_replicas
-from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS, DEFAULT_PREFIX, DEFAULT_TTL
+from lockrun.core.defaults import (
+    DEFAULT_FLEET_KEEP_DAYS,
+    DEFAULT_FLEET_KEEP_RUNS,
+    DEFAULT_PREFIX,
+    DEFAULT_RETRY_DELAY_S,
+    DEFAULT_TTL,
+)
 
 # --- resolved settings ------------------------------------------------------------------
 
@@ -42,6 +48,11 @@ class Settings(NamedTuple):
     replicas: int | str = 0  # the config file's `replicas` (--replicas overrides it)
     allow_eviction: bool = False  # the config file's `allow_eviction` (--allow-eviction sets it too)
     timezone: str | None = None  # the config file's `timezone` (--tz and LOCKRUN_TZ win over it)
+    # The config file's `retry`, `retry_delay`, `jitter` and `success_exit` (their flags win over them).
+    retry: int = 0
+    retry_delay: float = DEFAULT_RETRY_DELAY_S
+    jitter: float = 0.0
+    success_exit: tuple[int, ...] = ()
 
     @property
     def backend_name(self) -> str:
@@ -119,4 +130,8 @@ def resolve(
         redis_url_from=redis_url_from if redis_url else None,
         allow_eviction=file.get("allow_eviction", False),
         timezone=file.get("timezone"),
+        retry=file.get("retry", 0),
+        retry_delay=float(file.get("retry_delay", DEFAULT_RETRY_DELAY_S)),
+        jitter=float(file.get("jitter", 0.0)),
+        success_exit=tuple(file.get("success_exit", ())),
     )

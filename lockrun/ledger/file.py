@@ -31,7 +31,7 @@ NOTABLE = f"status NOT IN ('{Status.RUNNING}', '{Status.SUCCEEDED}')"  # failure
 FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.DUPLICATE}',"
                 f" '{Status.UNLOCKED}')")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
 LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
@@ -134,6 +134,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     8: (
         "ALTER TABLE runs ADD COLUMN pid_ns INTEGER",
         "ALTER TABLE runs ADD COLUMN machine_id TEXT",
+    ),
+    # --retry: each attempt is its own row, numbered from 1, and names the first attempt's run id
+    # (docs/operating.md "Retries and jitter"). NULL: a run without --retry, or a row from before.
+    9: (
+        "ALTER TABLE runs ADD COLUMN attempt INTEGER",
+        "ALTER TABLE runs ADD COLUMN first_run_id TEXT",
     ),
 }
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lockrun.core.clock import age_s, human_duration, reading_clock
+from lockrun.core.clock import age_s, human_duration, reading_clock, seconds_since
 from lockrun.core.printable import command_line, printable
 from lockrun.core.record import Row, Status
 
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 #: A run as ``history --json`` prints it (README, "Ledger fields").
 
-STATE_STYLES = {"held": "green", "zombie": "bold red", "malformed": "bold red", "free": "dim", "unknown": "yellow"}
+STATE_STYLES = {"held": "green", "retrying": "yellow", "zombie": "bold red", "malformed": "bold red", "free": "dim",
+                "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG
 # draws the same colours (STYLE_HEX).
 STATUS_STYLES: dict[str, str] = {
@@ -139,7 +140,7 @@ def status_table(
         heartbeat = lock["heartbeat_age_s"]
         table.add_row(
             _styled(lock["name"], None),
-            _styled(lock["state"], STATE_STYLES.get(lock["state"])),
+            _styled(_state_text(lock), STATE_STYLES.get(lock["state"])),
             _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
             # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
             human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
@@ -156,6 +157,21 @@ def status_table(
         console.print(_styled(note, None))
 
 
+def _state_text(lock: LockEntry) -> str:
+    """``held``, or for a --retry run between attempts ``retrying (attempt 3 in 8s)``."""
+    if lock["state"] != "retrying" or not lock.get("attempt"):
+        return lock["state"]
+    since = seconds_since(lock.get("retry_at"))  # negative: it is still ahead
+    when = f" in {human_duration(max(0.0, -since))}" if since is not None else ""
+    return f"retrying (attempt {lock['attempt']}{when})"
+
+
+def _status_text(row: Row) -> str:
+    """The ledger status, with the attempt of a --retry run: ``failed #2``."""
+    attempt = row.get("attempt")
+    return f"{row['status']} #{attempt}" if isinstance(attempt, int) else str(row["status"])
+
+
 def history_table(rows: list[Row]) -> None:
     console = _console()
     if not rows:
@@ -166,7 +182,7 @@ def history_table(rows: list[Row]) -> None:
         table.add_row(
             _styled(_when(row["started_at"]), None),  # rows from the fleet record may hold anything
             _styled(row["name"], None),
-            _styled(row["status"], STATUS_STYLES.get(row["status"])),
+            _styled(_status_text(row), STATUS_STYLES.get(row["status"])),
             exit_text(row),
             human_duration(row["duration_s"]),
             _styled(row["host"] or "-", None),

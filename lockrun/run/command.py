@@ -48,6 +48,10 @@ class RunFlags(NamedTuple):
     tz: Zone | None
     allow_eviction: bool
     keep_detached: bool
+    retry: int | None = None
+    retry_delay: float | None = None
+    jitter: float | None = None
+    success_exit: tuple[int, ...] | None = None
     tz_source: str = "--tz"  # or LOCKRUN_TZ: where --tz's zone came from, for the mismatch line
 
 
@@ -109,6 +113,10 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         call_timeout=call_timeout_for(resolved.ttl, resolved.socket_timeout),
         once_zone=zone,
         keep_detached=flags.keep_detached,
+        retry=flags.retry if flags.retry is not None else resolved.retry,
+        retry_delay=flags.retry_delay if flags.retry_delay is not None else resolved.retry_delay,
+        jitter=flags.jitter if flags.jitter is not None else resolved.jitter,
+        success_exit=flags.success_exit if flags.success_exit is not None else resolved.success_exit,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(

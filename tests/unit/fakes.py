@@ -409,6 +409,9 @@ class FakeBackstop(Backstop):
         if self.disarmed_at is None:
             self.disarmed_at = self.clock.now
 
+    def suspend(self) -> None:  # as far as these tests go, the same: no re-arm follows
+        self.disarm()
+
 
 def keep_renewing(clock: FakeClock, keeper: Keeper) -> None:
     """Schedule the keeper's renewals on the fake clock as its thread would make them: the first
