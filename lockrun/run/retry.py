@@ -16,7 +16,6 @@ they last, and a signal wakes them at once.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -49,7 +48,13 @@ def retry_due(outcome: Outcome, attempt: int, retries: int, signals_received: bo
     return outcome.command_exit not in NOT_RUNNABLE_EXITS
 
 
-def pause_s(attempt: int, delay: float, rand: Callable[[], float] = random.random) -> float:
+def _random() -> float:
+    import random  # only a run that pauses or jitters pays for the import (no new start-up import)
+
+    return random.random()
+
+
+def pause_s(attempt: int, delay: float, rand: Callable[[], float] = _random) -> float:
     """The pause after attempt number ``attempt`` (1: before the first retry): ``delay`` doubled
     for each further one, capped at RETRY_DELAY_CAP_S (or at ``delay`` when it is longer), and
     up to SPREAD more at random, so that runs that failed together do not retry together."""
@@ -85,7 +90,7 @@ def pause(
         signals.wait(min(until, keeper.must_stop_at))
 
 
-def jitter(bound: float, signals: SignalRelay, rand: Callable[[], float] = random.random) -> float:
+def jitter(bound: float, signals: SignalRelay, rand: Callable[[], float] = _random) -> float:
     """Sleep a random time in [0, ``bound``), or until a signal comes; the time slept."""
     started = time.monotonic()
     until = started + bound * rand()

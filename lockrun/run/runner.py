@@ -46,13 +46,13 @@ from lockrun.run.keeper import Keeper, backstop_for
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome
-from lockrun.run.retry import PauseEnd, jitter, pause, pause_s, retry_due
 from lockrun.run.supervisor import Supervisor
 from lockrun.run.watch import watch
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
     from lockrun.run.notify import Delivery
+    from lockrun.run.retry import PauseEnd
     from lockrun.run.signals import SignalRelay
 
 
@@ -205,6 +205,8 @@ class Run:
     def _jittered(self, supervisor: Supervisor) -> bool:
         """--jitter: sleep a random time below it before the first try for the lock (so before
         --wait begins); True when a signal ended the sleep."""
+        from lockrun.run.retry import jitter  # only runs with --jitter or --retry import it
+
         slept = jitter(self.options.jitter, supervisor.signals)
         self.report("info", f"--jitter: slept {slept:.3f}s before the first try for {self.options.name!r}")
         return bool(supervisor.signals.received)
@@ -285,6 +287,10 @@ class Run:
             finally:
                 if current is not supervisor:
                     current.close()
+            if not self.options.retry:
+                return outcome, lease
+            from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
+
             if not retry_due(outcome, attempt, self.options.retry, bool(supervisor.signals.received)):
                 return outcome, lease
             went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome, attempt)
@@ -301,6 +307,8 @@ class Run:
         """After a failed attempt: record it (its row and fleet event are final), pause with the
         lock kept, and begin the next attempt; the lease as renewed, or the outcome of a run that
         ended in the pause (a signal, a lost lease, a --replace) on the next attempt's row."""
+        from lockrun.run.retry import PauseEnd, pause, pause_s
+
         opts, signals = self.options, supervisor.signals
         delay = pause_s(attempt, opts.retry_delay)
         self.journal.mark_ended()
