@@ -67,8 +67,8 @@ def test_the_lock_is_kept_through_the_pause_and_sigterm_ends_it_at_once(any_env)
         assert lock["last_run"]["status"] == "failed" and lock["last_run"]["attempt"] == 1
         time.sleep(3.5)  # longer than the TTL: the keeper renews the lease through the pause
         assert lock_state(any_env, "kept")["state"] == "retrying"
-        busy = run_lockrun(any_env, "-n", "kept", "--", "true")
-        assert busy.returncode == 75
+        busy = run_lockrun(any_env, "-v", "-n", "kept", "--", "true")
+        assert busy.returncode == 75 and "between --retry attempts (attempt 2 at " in busy.stderr
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 128 + signal.SIGTERM
@@ -214,3 +214,14 @@ def test_every_attempt_is_a_fleet_event_another_host_sees(hosts, redis_server):
     assert b"a" not in entry[1] and b"F" not in entry[1]  # a run without --retry pays nothing for it
     first = client.xrange("lockrun:{fleet}:runs")[0][1]
     assert first[b"a"] == b"1" and first[b"F"] == b""
+
+
+def test_what_an_attempt_left_behind_is_gone_before_the_next_starts(any_env, tmp_path):
+    marker, pidfile = tmp_path / "ran", tmp_path / "daemon.pid"
+    script = (f'if [ -e {marker} ]; then kill -0 "$(cat {pidfile})" 2>/dev/null && exit 9; exit 0; fi; '
+              f"touch {marker}; setsid sleep 300 & echo $! > {pidfile}; exit 1")
+    result = run_lockrun(any_env, "-n", "leftover", "--retry", "1", "--retry-delay", "0", "--", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr  # 9: the first attempt's daemon outlived it
+    rows = history(any_env, "leftover")
+    assert [(row["attempt"], row["status"]) for row in rows] == [(2, "succeeded"), (1, "failed")]
+    assert "(sleep 300)" in rows[1]["note"] and "reaped" in rows[1]["note"]

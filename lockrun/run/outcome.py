@@ -121,6 +121,8 @@ def busy_message(holder: Holder, backend: str | None = None) -> str:
             f"{busy}: its last run is over, but --min-hold keeps it taken for another"
             f" {human_duration(holder.ttl_remaining_s)}; lockrun unlock {holder.name} ends that"
         )
+    if holder.retry_at:  # --retry: its command failed and runs again at retry_at, under the same lock
+        who += f", between --retry attempts (attempt {holder.attempt or '?'} at {holder.retry_at})"
     if holder.ttl_remaining_s is None:  # a kernel lock: it cannot outlive its holder
         return f"{who}; it is freed when that process exits"
     return (

@@ -278,7 +278,16 @@ class Run:
         while True:
             try:
                 outcome, lease = self._supervise(backend, current, lease, backstop, attempt)
+                if not self.options.retry:
+                    return outcome, lease
+                from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
+
+                if not retry_due(outcome, attempt, self.options.retry, bool(supervisor.signals.received)):
+                    return outcome, lease
+                went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome,
+                                                 attempt)
             except BaseException as exc:
+                # Whatever failed (the command is gone: Supervisor.finish), the lock is given back.
                 self.journal.mark_ended()
                 failed = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR,
                                  error=f"lockrun failed: {exc!r}", fencing_token=lease.fencing_token)
@@ -287,13 +296,6 @@ class Run:
             finally:
                 if current is not supervisor:
                     current.close()
-            if not self.options.retry:
-                return outcome, lease
-            from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
-
-            if not retry_due(outcome, attempt, self.options.retry, bool(supervisor.signals.received)):
-                return outcome, lease
-            went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome, attempt)
             if isinstance(went_on, Outcome):
                 return went_on, lease  # the run ended in the pause: the next attempt's row says how
             lease, attempt = went_on, attempt + 1
@@ -345,6 +347,8 @@ class Run:
             if found in (LOST, PREEMPTED):
                 ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
                                  why="the lock was taken over or cleared (its token no longer matches)")
+            elif signals.received:  # as the pause ended: the next attempt never starts
+                ended = PauseEnd(Status.ERROR, signals.received[0])
         if ended is None:
             return lease
         self.journal.acquire_over()
