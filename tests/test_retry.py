@@ -225,3 +225,19 @@ def test_what_an_attempt_left_behind_is_gone_before_the_next_starts(any_env, tmp
     rows = history(any_env, "leftover")
     assert [(row["attempt"], row["status"]) for row in rows] == [(2, "succeeded"), (1, "failed")]
     assert "(sleep 300)" in rows[1]["note"] and "reaped" in rows[1]["note"]
+
+
+def test_the_backstop_stays_armed_through_the_pause(any_env):
+    """A lockrun stopped (SIGSTOP) between attempts dies of its backstop timer when the lease it last
+    renewed runs out, instead of starting the next attempt, later, without the lock."""
+    proc = spawn_lockrun(any_env, "-n", "frozen", "--ttl", "2", "--retry", "1", "--retry-delay", "30", "--", "false")
+    try:
+        retrying(any_env, "frozen")
+        proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        assert proc.wait(timeout=20) == -signal.SIGKILL
+        assert time.monotonic() - started < 5  # within the 2 s lease, and some scheduling
+    finally:
+        proc.kill()
+        proc.wait()
+    assert run_lockrun(any_env, "-n", "frozen", "--wait", "5", "--", "true").returncode == 0
