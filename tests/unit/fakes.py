@@ -187,6 +187,13 @@ class FakeBackend(Backend):
         held.expires_at = self.clock.now + lease.ttl
         return self._reply(RENEWED)
 
+    def attempt_over(self, lease: Lease, holder: dict[str, str], record: FleetRecord) -> str:
+        self.fleet_rows.append(record)
+        return self.renew(lease, "", None)
+
+    def attempt_begins(self, lease: Lease, holder: dict[str, str], start: dict[str, str]) -> str:
+        return self.renew(lease, "", None)
+
     def release(
         self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
         record: FleetRecord | None = None,
