@@ -42,7 +42,7 @@ from lockrun.core.record import Status
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
-from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.keeper import Keeper, backstop_for, safety_margin
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome
@@ -317,8 +317,10 @@ class Run:
         finished = self.journal
         sent = time.monotonic()
         holder = {"attempt": str(attempt + 1), "retry_at": iso_ago(-delay)}
-        found = self._between(lambda: backend.attempt_over(lease, holder, FleetRecord(finished.row(outcome),
-                                                                                       outcome.output_tail)))
+        record = FleetRecord(finished.row(outcome), outcome.output_tail)
+        # Not reached: the keeper goes on renewing, and the fleet record misses this attempt's end.
+        found = self._between(lambda: backend.attempt_over(lease, holder, record), lease, signals,
+                              f"record the end of attempt {attempt}")
         lease = self._renewed(lease, found, sent)
         self.report("info", f"{opts.name!r}: attempt {attempt} {outcome.status} (exit {outcome.exit_code});"
                             f" attempt {attempt + 1} of {opts.retry + 1} in {delay:.1f}s, the lock kept")
@@ -342,11 +344,15 @@ class Run:
             sent = time.monotonic()
             found = self._between(lambda: backend.attempt_begins(
                 lease, {"run_id": self.run_id, "attempt": str(attempt + 1), "retry_at": ""},
-                {key: start[key] for key in ("run_id", "host", "pid", "command", "started_at", "ttl_ms")}))
+                {key: start[key] for key in ("run_id", "host", "pid", "command", "started_at", "ttl_ms")}),
+                lease, signals, f"begin attempt {attempt + 1}")
             lease = self._renewed(lease, found, sent)
             if found in (LOST, PREEMPTED):
                 ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
                                  why="the lock was taken over or cleared (its token no longer matches)")
+            elif found is None and not signals.received:
+                # No attempt starts on a lease the backend has not confirmed since the pause.
+                ended = PauseEnd(Status.LOST, why="the backend could not be reached to begin the attempt")
             elif signals.received:  # as the pause ended: the next attempt never starts
                 ended = PauseEnd(Status.ERROR, signals.received[0])
         if ended is None:
@@ -360,14 +366,22 @@ class Run:
         return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
                        note=f"lease lost: {why}", lease_lost=True)
 
-    def _between(self, call: Callable[[], str]) -> str | None:
-        """One backend call between attempts; None when the backend could not be asked (the
-        lease's deadline, kept by the keeper, decides then; the fleet record misses that step)."""
-        try:
-            return call()
-        except BackendUnavailable as exc:
-            self.report("warn", f"{self.options.name!r}: between --retry attempts: {exc}")
-            return None
+    def _between(self, call: Callable[[], str], lease: Lease, signals: SignalRelay, step: str) -> str | None:
+        """One backend call between attempts, tried again (after 50 ms, doubling to 500 ms) while the
+        lease, as last renewed, is sure to hold (the keeper's deadline: keeper.py), and no signal came;
+        None when no try reached the backend by then, said in one line."""
+        deadline = lease.sent_at + lease.ttl - safety_margin(lease.ttl) - min(self.options.kill_after, lease.ttl / 4)
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except BackendUnavailable as exc:
+                problem = exc
+            if signals.received or time.monotonic() + delay >= deadline:
+                self.report("warn", f"{self.options.name!r}: could not {step} ({problem})")
+                return None
+            signals.wait(time.monotonic() + delay)
+            delay = min(delay * 2, 0.5)
 
     def _renewed(self, lease: Lease, found: str | None, sent: float) -> Lease:
         """The lease as a call between attempts, sent at ``sent``, renewed it. Under --replicas such
