@@ -44,7 +44,8 @@ def retrying(env: dict, name: str) -> dict:
 def test_a_command_that_fails_twice_then_succeeds_is_three_attempts_under_one_lock(any_env, receiver, tmp_path):
     counter = tmp_path / "count"
     result = run_lockrun(any_env, "-n", "flaky", "--retry", "3", "--retry-delay", "0.2", "--notify", receiver.url,
-                         "--notify-on", "failed,succeeded", "--", "sh", "-c", FAILS_TWICE, "sh", str(counter))
+                         "--notify-on", "failed,succeeded", "--once", "batch-7", "--",
+                         "sh", "-c", FAILS_TWICE, "sh", str(counter))
     assert result.returncode == 0 and result.stderr == "", result.stderr
     rows = history(any_env, "flaky")[::-1]
     assert [row["attempt"] for row in rows] == [1, 2, 3]
@@ -57,6 +58,9 @@ def test_a_command_that_fails_twice_then_succeeds_is_three_attempts_under_one_lo
     (payload,) = receiver.json_bodies()
     assert payload["status"] == "succeeded" and payload["run_id"] == rows[2]["run_id"] and payload["attempt"] == 3
     assert counter.read_text().strip() == "3"
+    # only the success marked --once done: the same key again is a duplicate
+    assert run_lockrun(any_env, "-n", "flaky", "--once", "batch-7", "--", "false").returncode == 0
+    assert history(any_env, "flaky")[0]["status"] == "duplicate"
 
 
 def test_the_lock_is_kept_through_the_pause_and_sigterm_ends_it_at_once(any_env):
@@ -247,3 +251,10 @@ def test_the_backstop_stays_armed_through_the_pause(any_env):
         proc.kill()
         proc.wait()
     assert run_lockrun(any_env, "-n", "frozen", "--wait", "5", "--", "true").returncode == 0
+
+
+def test_failed_attempts_never_mark_once_done(any_env):
+    result = run_lockrun(any_env, "-n", "never", "--retry", "1", "--retry-delay", "0", "--once", "k", "--", "false")
+    assert result.returncode == 1
+    assert run_lockrun(any_env, "-n", "never", "--once", "k", "--", "true").returncode == 0
+    assert [row["status"] for row in history(any_env, "never")] == ["succeeded", "failed", "failed"]
