@@ -197,3 +197,13 @@ def test_each_master_checks_its_own_eviction_policy(cluster_env, cluster):
     finally:
         tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory-policy", "noeviction")
         tcp_reply(evicting_port, "CONFIG", "SET", "maxmemory", "0")
+
+
+def test_retry_attempts_on_a_cluster(cluster_env, tmp_path):
+    """--retry's scripts (attempt over, attempt begins) name only the lock's own keys: one slot."""
+    hosts = Hosts(tmp_path, cluster_env["LOCKRUN_REDIS_URL"])
+    for name in ("retry-a", "retry-b", "retry-c"):  # on more than one master
+        result = hosts.run("app-b", "-n", name, "--retry", "2", "--retry-delay", "0", "--", "false")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        rows = hosts.json("app-a", "history", "--fleet", name)
+        assert [row["attempt"] for row in rows] == [3, 2, 1]
