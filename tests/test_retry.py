@@ -44,7 +44,8 @@ def retrying(env: dict, name: str) -> dict:
 def test_a_command_that_fails_twice_then_succeeds_is_three_attempts_under_one_lock(any_env, receiver, tmp_path):
     counter = tmp_path / "count"
     result = run_lockrun(any_env, "-n", "flaky", "--retry", "3", "--retry-delay", "0.2", "--notify", receiver.url,
-                         "--notify-on", "failed,succeeded", "--once", "batch-7", "--",
+                         "--notify-on", "failed,succeeded", "--once", "batch-7", "--ping", f"{receiver.url}/ping",
+                         "--",
                          "sh", "-c", FAILS_TWICE, "sh", str(counter))
     assert result.returncode == 0 and result.stderr == "", result.stderr
     rows = history(any_env, "flaky")[::-1]
@@ -55,8 +56,11 @@ def test_a_command_that_fails_twice_then_succeeds_is_three_attempts_under_one_lo
     assert len({row["fencing_token"] for row in rows}) == 1  # the same lock, never taken again
     assert rows[1]["started_at"] >= rows[0]["ended_at"] and rows[2]["started_at"] >= rows[1]["ended_at"]
     # one page per job: the notification describes the last attempt only
-    (payload,) = receiver.json_bodies()
+    (payload,) = [json.loads(r["body"]) for r in receiver.requests if not r["path"].startswith("/ping")]
     assert payload["status"] == "succeeded" and payload["run_id"] == rows[2]["run_id"] and payload["attempt"] == 3
+    # one start ping and one success ping, paired by the first attempt's run id
+    pings = sorted(path for path in receiver.paths() if path.startswith("/ping"))
+    assert pings == sorted([f"/ping/start?rid={rows[0]['run_id']}", f"/ping?rid={rows[0]['run_id']}"])
     assert counter.read_text().strip() == "3"
     # only the success marked --once done: the same key again is a duplicate
     assert run_lockrun(any_env, "-n", "flaky", "--once", "batch-7", "--", "false").returncode == 0
