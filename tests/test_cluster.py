@@ -219,3 +219,13 @@ def test_pauses_and_cadences_on_a_cluster(cluster_env):
     checked = run_lockrun(cluster_env, "check", *names)
     assert checked.returncode == 0 and checked.stdout.startswith(f"LOCKRUN OK - {names[0]} paused until")
     assert run_lockrun(cluster_env, "resume", *names[:3]).returncode == 0
+
+
+def test_retry_attempts_on_a_cluster(cluster_env, tmp_path):
+    """--retry's scripts (attempt over, attempt begins) name only the lock's own keys: one slot."""
+    hosts = Hosts(tmp_path, cluster_env["LOCKRUN_REDIS_URL"])
+    for name in ("retry-a", "retry-b", "retry-c"):  # on more than one master
+        result = hosts.run("app-b", "-n", name, "--retry", "2", "--retry-delay", "0", "--", "false")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        rows = hosts.json("app-a", "history", "--fleet", name)
+        assert [row["attempt"] for row in rows] == [3, 2, 1]

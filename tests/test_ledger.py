@@ -18,7 +18,7 @@ PY = sys.executable
 HISTORY_FIELDS = {
     "run_id", "name", "status", "exit_code", "signal", "host", "pid", "command", "backend", "started_at",
     "ended_at", "duration_s", "fencing_token", "once_key", "error", "note", "exit_status", "waited_s",
-    "lock_lost_at_release",
+    "lock_lost_at_release", "attempt", "first_run_id",
 }
 
 

@@ -215,3 +215,12 @@ def test_a_signal_while_waiting_for_replicas(renv, replicated, tmp_path):
     assert "Traceback" not in err and err.count("\n") == 1
     assert not flag.exists() and not pid_alive(proc.pid)
     assert master.client().exists("lockrun:{sig}:lock") == 0
+
+
+def test_retry_attempts_under_replicas(renv, replicated):
+    """The calls between --retry attempts are not acknowledged by WAIT, so they never push the
+    deadline on: the keeper's acknowledged renewals do, through the pause and after."""
+    result = run_lockrun(renv, "-n", "again", "--ttl", "3", "--replicas", "2", "--retry", "1", "--retry-delay", "2.5",
+                         "--", "sh", "-c", "sleep 0.2; false")
+    assert (result.returncode, result.stderr) == (1, "")
+    assert [(row["attempt"], row["status"]) for row in history(renv, "again")] == [(2, "failed"), (1, "failed")]

@@ -11,6 +11,7 @@ from tests.conftest import RedisServer, history, run_lockrun, spawn_lockrun, wai
 LOCK_FIELDS = {
     "name", "state", "token", "run_id", "host", "pid", "child_pid", "command", "started_at", "heartbeat_at",
     "heartbeat_age_s", "ttl_remaining_s", "problem", "last_run", "paused", "cadence", "next_due", "overdue_s",
+    "attempt", "retry_at",
 }
 
 

@@ -71,6 +71,17 @@ class Backend(Protocol):
         ``record``, the run's final row, goes to the fleet record in the same step, ours or not.
         """
 
+    def attempt_over(self, lease: Lease, holder: dict[str, str], record: FleetRecord) -> str:
+        """A ``--retry`` attempt ended and the run pauses, keeping the lock: renew it as
+        :meth:`renew` does, set ``holder`` on its holder record (the next attempt, when it
+        starts), and add ``record``, the attempt's final row, to the fleet record (ours or
+        not). One round trip. RENEWED, LOST or PREEMPTED (docs/operating.md "Retries and jitter")."""
+
+    def attempt_begins(self, lease: Lease, holder: dict[str, str], start: dict[str, str]) -> str:
+        """The next ``--retry`` attempt starts under the same lock: renew it, set ``holder`` (its
+        run id, its number) on the holder record, and record ``start`` (as the acquire's holder
+        info) among the runs in progress. One round trip. RENEWED, LOST or PREEMPTED."""
+
     def release_token(self, name: str, token: str, slots: int = 1) -> bool:
         """Give back whatever ``token`` holds of ``name`` (with ``slots`` > 1: its slot) and wake
         one waiter; for an acquire whose reply never came, which may have taken the lock all

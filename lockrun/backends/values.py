@@ -125,10 +125,12 @@ MAX_TTL_MS = 365 * 86400 * 1000  # settings.MAX_SECONDS: no lockrun lease is lon
 
 
 _TEXT_FIELDS = ("token", "run_id", "host", "boot_id")
-_TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until")
+_TIME_FIELDS = ("started_at", "heartbeat_at", "cooling_until", "retry_at")
+MAX_ATTEMPT = 1000  # --retry allows 101 attempts (core/defaults.MAX_RETRIES); more was not written by lockrun
 NS_INODE_MAX = (1 << 32) - 1  # a namespace's inode is 32-bit
 _INT_FIELDS = {"pid": (1, PID_MAX), "child_pid": (1, PID_MAX), "pid_start": (0, INT64_MAX),
-               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX), "pid_ns": (1, NS_INODE_MAX)}
+               "ttl_ms": (1, MAX_TTL_MS), "fencing_token": (0, INT64_MAX), "pid_ns": (1, NS_INODE_MAX),
+               "attempt": (1, MAX_ATTEMPT)}
 
 
 class Holder(NamedTuple):
@@ -162,6 +164,8 @@ class Holder(NamedTuple):
     heartbeat_age_s: float | None = None  # since the last heartbeat, by the clock that stamped it (with_age)
     kernel_held: bool = False  # a kernel lock (local backend) that a live process holds: never a zombie
     note: str | None = None  # something to tell the operator about the holder (another PID namespace)
+    attempt: int | None = None  # --retry: the attempt running, or the next one while retrying
+    retry_at: str | None = None  # --retry: set while the run pauses between attempts: when the next starts
 
     @classmethod
     def from_fields(
@@ -219,6 +223,7 @@ class Holder(NamedTuple):
             cooling_until=times["cooling_until"], slotted=slotted, problem="; ".join(problems) or None,
             foreign=foreign, pid_ns=ints["pid_ns"], machine_id=machine, unusable=tuple(unusable),
             heartbeat_age_s=age_s(times["heartbeat_at"], now) if now is not None else None,
+            attempt=ints["attempt"], retry_at=times["retry_at"],
         )
 
     def with_age(self, now: datetime | None) -> Holder:

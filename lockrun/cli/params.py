@@ -101,6 +101,10 @@ NOTIFY_ON = Validated("STATUSES", values.parse_notify_statuses)
 WARN_AFTER = Validated("DURATION", values.parse_warn_after)
 ENDPOINT = Validated("URL", values.validate_http_url, echo_value=False)
 ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
+RETRY = Validated("N", values.parse_retry)
+RETRY_DELAY = Validated("DURATION", values.parse_retry_delay)
+JITTER = Validated("DURATION", values.parse_jitter)
+SUCCESS_EXIT = Validated("CODES", values.parse_success_exit)
 
 
 def output_file(dash: bool = False) -> Validated:

@@ -13,12 +13,16 @@ from lockrun.cli.output import say
 from lockrun.cli.params import (
     DURATION,
     ENDPOINT,
+    JITTER,
     LOCK_NAME,
     MIN_HOLD,
     NOTIFY_ON,
     REPLICAS,
+    RETRY,
+    RETRY_DELAY,
     SCHEDULE,
     SIZE,
+    SUCCESS_EXIT,
     WARN_AFTER,
     ZONE,
     output_file,
@@ -71,6 +75,23 @@ from lockrun.core.errors import UsageError
 @click.option("--replace", is_flag=True,
               help="Ask the current holder to stop (it exits 76 with ledger status preempted), wait for its "
                    "release, then run; never two at once.")
+# docs/operating.md "Retries and jitter"
+@click.option("--retry", type=RETRY, metavar="N",
+              help=f"Run a failed attempt (failed, timeout, or killed by a signal lockrun did not forward) again, up "
+                   f"to N more times (0 to {defaults.MAX_RETRIES}), under the same lock and fencing token; never "
+                   "after busy, duplicate, lost, preempted, unavailable, a forwarded signal, 126 or 127. Each "
+                   "attempt is its own ledger row [default: 0; config: retry].")
+@click.option("--retry-delay", type=RETRY_DELAY,
+              help="The pause before the first retry (0 to 24h); each further one doubles, up to 10m, with up to "
+                   "10% random spread; the lease is renewed through it [default: 10s; config: retry_delay].")
+@click.option("--jitter", type=JITTER,
+              help="Sleep a random time in [0, DURATION) (at most 24h) before the first try for the lock, so that "
+                   "a crontab shared by many hosts does not start all at once; --wait counts from after it "
+                   "[default: none; config: jitter].")
+@click.option("--success-exit", type=SUCCESS_EXIT, metavar="CODES",
+              help=f"Exit codes (1 to 255, comma-separated, at most {defaults.MAX_SUCCESS_EXITS}) that count as "
+                   "success, like rsync's 24: recorded succeeded with the command's exit_code, --once marked "
+                   "done; lockrun exits 0 [default: none; config: success_exit].")
 @click.option("--replicas", type=REPLICAS, metavar="N|all",
               help="WAIT for N Redis replicas (all: every replica in sync with the master) behind the acquire and "
                    "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "

@@ -17,8 +17,12 @@ from lockrun.config.values import (
     OUTPUT_MODES,
     OUTPUT_PATH_KEYS,
     REPLICAS_RULE,
+    RETRY_RULE,
+    SUCCESS_EXIT_RULE,
     output_path_problem,
     parse_replicas,
+    parse_retry,
+    parse_success_exit,
     parse_time_span,
     seconds_range,
     validate_http_url,
@@ -27,7 +31,9 @@ from lockrun.core.defaults import (
     MAX_CALL_TIMEOUT_S,
     MAX_FLEET_KEEP_DAYS,
     MAX_FLEET_KEEP_RUNS,
+    MAX_JITTER_S,
     MAX_KEEP_DAYS,
+    MAX_RETRY_DELAY_S,
     MAX_SECONDS,
 )
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
@@ -63,6 +69,13 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "output_tail": ((bool,), "true or false (keep the last 4 KiB of a failed run's output in the ledger)"),
     "output": ((str,), "\"always\" or \"on-failure\""),
     "syslog": ((bool,), "true or false (one line per finished run to syslog)"),
+    # docs/operating.md "Retries and jitter"
+    "retry": ((int,), RETRY_RULE),
+    "retry_delay": ((int, float, str), f"seconds (10) or a duration string (\"30s\"),"
+                                       f" {seconds_range(allow_zero=True, maximum=MAX_RETRY_DELAY_S)}"),
+    "jitter": ((int, float, str), f"seconds (30) or a duration string (\"5m\"),"
+                                  f" {seconds_range(allow_zero=True, maximum=MAX_JITTER_S)}"),
+    "success_exit": ((int, str, list), f"{SUCCESS_EXIT_RULE} (24, \"1,24\" or [1, 24])"),
 }
 #: Config keys whose values are booleans (any other key refuses true and false).
 BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog"})
@@ -93,6 +106,10 @@ class ConfigFile(TypedDict, total=False):
     output_tail: bool
     output: str
     syslog: bool
+    retry: int
+    retry_delay: float
+    jitter: float
+    success_exit: tuple[int, ...]  # read as the sorted codes (parse_success_exit)
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -191,6 +208,8 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
     try:
         if key == "replicas":
             parse_replicas(value, "replicas")
+        if key == "retry":
+            parse_retry(value, "retry")
         if key == "notify_urls":
             for url in value:
                 validate_http_url(url, "notify_urls entry")
@@ -211,15 +230,26 @@ TIME_KEYS: dict[str, tuple[float, float]] = {
     "min_hold": (0.0, MAX_SECONDS),
     "socket_timeout": (0.0, MAX_CALL_TIMEOUT_S),
     "connect_timeout": (0.0, MAX_CALL_TIMEOUT_S),
+    "retry_delay": (0.0, MAX_RETRY_DELAY_S),
+    "jitter": (0.0, MAX_JITTER_S),
 }
+#: Time keys for which 0 is a value (no pause, no jitter).
+ZERO_TIME_KEYS = frozenset({"retry_delay", "jitter"})
 
 
 def _time_value(key: str, value: float | str, expected: str, where: str) -> float:
     minimum, maximum = TIME_KEYS[key]
     try:
-        return parse_time_span(value, key, minimum=minimum, maximum=maximum)
+        return parse_time_span(value, key, minimum=minimum, maximum=maximum, allow_zero=key in ZERO_TIME_KEYS)
     except UsageError:
         raise ConfigError(f"config file {where}: {key} must be {expected}, not {value!r}") from None
+
+
+def _success_exit(value: Any, expected: str, where: str) -> tuple[int, ...]:
+    try:
+        return parse_success_exit(value if isinstance(value, list) else str(value), "success_exit")
+    except UsageError:
+        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {value!r}") from None
 
 
 def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
@@ -256,6 +286,8 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
         if key in TIME_KEYS:
             data[key] = _time_value(key, cast(Any, value), expected, where)
         _check_config_value(key, value, expected, where)
+        if key == "success_exit":
+            data[key] = _success_exit(value, expected, where)
     return path, cast(ConfigFile, data)  # every key is known, of its type and in its range (checked above)
 
 

@@ -14,7 +14,13 @@ from typing import NamedTuple
 from lockrun.backends.redis.url import redact_url, url_without_credentials, validate_redis_url
 from lockrun.config.file import load_config, read_password_file
 from lockrun.config.values import parse_replicas
-from lockrun.core.defaults import DEFAULT_FLEET_KEEP_DAYS, DEFAULT_FLEET_KEEP_RUNS, DEFAULT_PREFIX, DEFAULT_TTL
+from lockrun.core.defaults import (
+    DEFAULT_FLEET_KEEP_DAYS,
+    DEFAULT_FLEET_KEEP_RUNS,
+    DEFAULT_PREFIX,
+    DEFAULT_RETRY_DELAY_S,
+    DEFAULT_TTL,
+)
 
 # --- resolved settings ------------------------------------------------------------------
 
@@ -45,6 +51,11 @@ class Settings(NamedTuple):
     output_tail: bool = True  # the config file's `output_tail` (--no-tail turns it off too)
     output: str = "always"  # the config file's `output` (--output wins over it)
     syslog: bool = False  # the config file's `syslog` (--syslog sets it too)
+    # The config file's `retry`, `retry_delay`, `jitter` and `success_exit` (their flags win over them).
+    retry: int = 0
+    retry_delay: float = DEFAULT_RETRY_DELAY_S
+    jitter: float = 0.0
+    success_exit: tuple[int, ...] = ()
 
     @property
     def backend_name(self) -> str:
@@ -125,4 +136,8 @@ def resolve(
         output_tail=file.get("output_tail", True),
         output=file.get("output", "always"),
         syslog=file.get("syslog", False),
+        retry=file.get("retry", 0),
+        retry_delay=float(file.get("retry_delay", DEFAULT_RETRY_DELAY_S)),
+        jitter=float(file.get("jitter", 0.0)),
+        success_exit=tuple(file.get("success_exit", ())),
     )

@@ -15,8 +15,12 @@ from lockrun.backends.values import ALL_REPLICAS
 from lockrun.core.clock import exact_duration
 from lockrun.core.defaults import (
     MAX_DURATION_S,
+    MAX_JITTER_S,
     MAX_REPLICAS,
+    MAX_RETRIES,
+    MAX_RETRY_DELAY_S,
     MAX_SECONDS,
+    MAX_SUCCESS_EXITS,
     MAX_TAIL,
     MAX_WARN_AFTER_S,
     MIN_WARN_AFTER_S,
@@ -153,6 +157,44 @@ def parse_replicas(text: str | int, what: str) -> int | str:
     if not re.fullmatch(r"[0-9]{1,6}", value) or int(value) > MAX_REPLICAS:
         raise UsageError(f"invalid {what} {text!r}: expected {REPLICAS_RULE}")
     return int(value)
+
+
+RETRY_RULE = f"a whole number from 0 to {MAX_RETRIES}"
+
+
+def parse_retry(text: str | int, what: str) -> int:
+    """``--retry``: how many more attempts after a failed one, 0 to MAX_RETRIES."""
+    value = str(text).strip()
+    if not re.fullmatch(r"[0-9]{1,4}", value) or int(value) > MAX_RETRIES:
+        raise UsageError(f"invalid {what} {text!r}: expected {RETRY_RULE}")
+    return int(value)
+
+
+def parse_retry_delay(text: str | float, what: str) -> float:
+    """``--retry-delay``: the pause before the first retry, 0 to 24 hours."""
+    return parse_time_span(text, what, allow_zero=True, maximum=MAX_RETRY_DELAY_S)
+
+
+def parse_jitter(text: str | float, what: str) -> float:
+    """``--jitter``: the bound of the random sleep before the first try for the lock, 0 to 24 hours."""
+    return parse_time_span(text, what, allow_zero=True, maximum=MAX_JITTER_S)
+
+
+SUCCESS_EXIT_RULE = f"a comma-separated list of exit codes from 1 to 255 (at most {MAX_SUCCESS_EXITS})"
+
+
+def parse_success_exit(text: str | list[object], what: str) -> tuple[int, ...]:
+    """``--success-exit 24`` or ``1,24`` (a config file may give a list): the codes, sorted, once each."""
+    parts = [str(part).strip() for part in text] if isinstance(text, list) else str(text).split(",")
+    codes = set()
+    for part in parts:
+        part = part.strip()
+        if not re.fullmatch(r"[0-9]{1,3}", part) or not 1 <= int(part) <= 255:
+            raise UsageError(f"invalid {what} {text!r}: expected {SUCCESS_EXIT_RULE}")
+        codes.add(int(part))
+    if not codes or len(codes) > MAX_SUCCESS_EXITS:
+        raise UsageError(f"invalid {what} {text!r}: expected {SUCCESS_EXIT_RULE}")
+    return tuple(sorted(codes))
 
 
 # What --notify-on may name: every final status a run can end in, and ``slow`` (--warn-after), an

@@ -88,3 +88,16 @@ MAX_PAUSE_REASON = 200
 #: `--grace`: how late a start declared by --every/--schedule may be before it is overdue.
 DEFAULT_GRACE_S = 300.0
 DEFAULT_GRACE_TEXT = "5m"
+
+# --- --retry, --retry-delay, --jitter, --success-exit (docs/operating.md "Retries and jitter") ---
+
+DEFAULT_RETRY_DELAY_S = 10.0  # the pause before the first retry; each further one doubles
+#: A further pause doubles up to this (10 minutes), or up to --retry-delay when that is longer.
+RETRY_DELAY_CAP_S = 600.0
+#: --retry: 0 to 100 more attempts.
+MAX_RETRIES = 100
+#: --retry-delay and --jitter: 0 to 24 hours.
+MAX_RETRY_DELAY_S = 86400.0
+MAX_JITTER_S = 86400.0
+#: --success-exit: codes 1 to 255, at most 32 of them.
+MAX_SUCCESS_EXITS = 32

@@ -79,8 +79,10 @@ ROW_FIELDS = (
     "exit_status",
     "waited_s",
     "lock_lost_at_release",
+    "attempt",  # --retry: 1, 2, ... (None: a run without --retry); docs/operating.md "Retries and jitter"
+    "first_run_id",  # --retry: the run id of the first attempt (None: a run without --retry)
 )
-INT_FIELDS = frozenset({"exit_code", "signal", "pid", "fencing_token", "exit_status"})
+INT_FIELDS = frozenset({"exit_code", "signal", "pid", "fencing_token", "exit_status", "attempt"})
 FLOAT_FIELDS = frozenset({"duration_s", "waited_s"})
 # True: the release found the lock no longer this run's (expired, evicted, stolen, cleared), so
 # another run may have overlapped it; False: released as its own; None: no release (a skip, a

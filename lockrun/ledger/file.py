@@ -34,7 +34,7 @@ FINISHED_RUN = (f"status NOT IN ('{Status.RUNNING}', '{Status.BUSY}', '{Status.D
 # must stay word for word as the ledgers have it, so a query of finished runs adds this clause.
 NOT_PAUSED = f"status != '{Status.PAUSED}'"
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
 LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
@@ -153,6 +153,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             declared_at TEXT NOT NULL
         ) WITHOUT ROWID
         """,
+    ),
+    # --retry: each attempt is its own row, numbered from 1, and names the first attempt's run id
+    # (docs/operating.md "Retries and jitter"). NULL: a run without --retry, or a row from before.
+    11: (
+        "ALTER TABLE runs ADD COLUMN attempt INTEGER",
+        "ALTER TABLE runs ADD COLUMN first_run_id TEXT",
     ),
 }
 

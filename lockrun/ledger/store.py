@@ -65,6 +65,8 @@ class RunRecord(NamedTuple):
     pid_ns: int | None = None  # None: this process's PID namespace
     machine_id: str | None = None  # None: this machine
     cadence: str | None = None  # the run's declared cadence (core/cadence), kept with the name
+    attempt: int | None = None  # --retry: which attempt (1, 2, ...); None: a run without --retry
+    first_run_id: str | None = None  # --retry: the first attempt's run id
 
 
 #: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
@@ -93,7 +95,7 @@ def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
     ledger may have been written by anyone: every column is read back as the type it should be.
     With ``known_dead``, a running row whose lockrun process is gone reads as abandoned."""
     item: Row = {key: text_or_none(row[key]) for key in PUBLIC_FIELDS}
-    for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token"):
+    for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token", "attempt"):
         item[key] = sql_int(row[key])
     for key in ("duration_s", "waited_s"):
         seconds = row[key]
@@ -177,8 +179,8 @@ class Ledger:
         """The row "running"; and the run's declared cadence, when it changed, in the same transaction."""
         row = (
             "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
-            " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id, attempt,"
+            " first_run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.name,
@@ -196,6 +198,8 @@ class Ledger:
                 run.backend_from,
                 run.pid_ns or this_host.pid_ns(),
                 run.machine_id or this_host.machine_id() or None,
+                run.attempt,
+                run.first_run_id,
             ),
         )
         if run.cadence is None:

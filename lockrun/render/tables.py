@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 #: A run as ``history --json`` prints it (README, "Ledger fields").
 
-STATE_STYLES = {"held": "green", "slow": "yellow", "zombie": "bold red", "malformed": "bold red", "free": "dim",
-                "unknown": "yellow"}
+STATE_STYLES = {"held": "green", "slow": "yellow", "retrying": "yellow", "zombie": "bold red", "malformed": "bold red",
+                "free": "dim", "unknown": "yellow"}
 # One palette for every table and chart: ledger status -> rich style. The timeline's SVG
 # draws the same colours (STYLE_HEX).
 STATUS_STYLES: dict[str, str] = {
@@ -148,7 +148,7 @@ def status_table(
             last_text = "-"
         heartbeat = lock["heartbeat_age_s"]
         overdue = lock.get("overdue_s")
-        state = lock["state"] + (", paused" if lock.get("paused") else "")
+        state = _state_text(lock) + (", paused" if lock.get("paused") else "")
         state += f", overdue {overdue_text(overdue)}" if overdue is not None else ""
         table.add_row(
             _styled(lock["name"], None),
@@ -197,6 +197,21 @@ def _pause_text(pause: dict[str, str | None]) -> str:
     return text + (f" ({pause['reason']})" if pause.get("reason") else "")
 
 
+def _state_text(lock: LockEntry) -> str:
+    """``held``, or for a --retry run between attempts ``retrying (attempt 3 in 8s)``."""
+    if lock["state"] != "retrying" or not lock.get("attempt"):
+        return lock["state"]
+    since = seconds_since(lock.get("retry_at"))  # negative: it is still ahead
+    when = f" in {human_duration(max(0.0, -since))}" if since is not None else ""
+    return f"retrying (attempt {lock['attempt']}{when})"
+
+
+def _status_text(row: Row) -> str:
+    """The ledger status, with the attempt of a --retry run: ``failed #2``."""
+    attempt = row.get("attempt")
+    return f"{row['status']} #{attempt}" if isinstance(attempt, int) else str(row["status"])
+
+
 def history_table(rows: list[Row]) -> None:
     console = _console()
     if not rows:
@@ -207,7 +222,7 @@ def history_table(rows: list[Row]) -> None:
         table.add_row(
             _styled(_when(row["started_at"]), None),  # rows from the fleet record may hold anything
             _styled(row["name"], None),
-            _styled(row["status"], STATUS_STYLES.get(row["status"])),
+            _styled(_status_text(row), STATUS_STYLES.get(row["status"])),
             exit_text(row),
             human_duration(row["duration_s"]),
             _styled(row["host"] or "-", None),

@@ -67,6 +67,7 @@ class Backstop:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._retired = False
+        self._suspended = False  # between --retry attempts: off until resume (retry.py)
         self._timer: ctypes.c_void_p | None = None
         self.error: str | None = None  # why there is no backstop (after a failed system call)
         api = _timer_api()
@@ -104,13 +105,29 @@ class Backstop:
     def arm(self, at: float) -> None:
         """Kill lockrun at monotonic time ``at`` unless armed again or disarmed first."""
         with self._lock:
-            if self._timer is None or self._retired:
+            if self._timer is None or self._retired or self._suspended:
                 return
             # An all-zero time would disarm the timer: a moment already past fires at once.
             if not self._set(max(1e-9, at - time.monotonic())):
                 self.error = f"timer_settime failed: {_errno_text()}"
                 self._set(0.0)  # never let an older expiry fire in the middle of a renewed lease
                 self._retired = True
+
+    def suspend(self) -> None:
+        """Off until :meth:`resume`: the command is gone or going, and what follows (the ledger, a
+        release) may outlast the lease; renewals no longer re-arm it (thread-safe). A run that
+        goes on to another ``--retry`` attempt resumes it; any other run never does."""
+        with self._lock:
+            if self._timer is not None and not self._retired:
+                self._set(0.0)
+            self._suspended = True
+
+    def resume(self, at: float) -> None:
+        """Armed again for ``at`` (monotonic), and by every renewal after: the lease is kept on
+        through a ``--retry`` pause and the next attempt (docs/operating.md "Retries and jitter")."""
+        with self._lock:
+            self._suspended = False
+        self.arm(at)
 
     def disarm(self) -> None:
         """Retire the timer for good: lockrun has stopped the command itself (thread-safe)."""

@@ -54,6 +54,10 @@ class RunFlags(NamedTuple):
     allow_eviction: bool
     keep_detached: bool
     once_every: float | None = None
+    retry: int | None = None
+    retry_delay: float | None = None
+    jitter: float | None = None
+    success_exit: tuple[int, ...] | None = None
     tz_source: str = "--tz"  # or LOCKRUN_TZ: where --tz's zone came from, for the mismatch line
     every: float | None = None  # --every: the declared cadence (docs/operating.md "Declaring a cadence")
     schedule: str | None = None  # --schedule: a 5-field cron expression, in --tz
@@ -140,6 +144,10 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         keep_detached=flags.keep_detached,
         once_every=flags.once_every,
         cadence=cadence,
+        retry=flags.retry if flags.retry is not None else resolved.retry,
+        retry_delay=flags.retry_delay if flags.retry_delay is not None else resolved.retry_delay,
+        jitter=flags.jitter if flags.jitter is not None else resolved.jitter,
+        success_exit=flags.success_exit if flags.success_exit is not None else resolved.success_exit,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(

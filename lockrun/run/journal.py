@@ -116,6 +116,7 @@ class RunJournal:
             "duration_s": self.duration_s, "waited_s": self.waited_s,
             "fencing_token": outcome.fencing_token, "once_key": self.run.once_key, "error": outcome.error,
             "note": outcome.note, "lock_lost_at_release": outcome.lock_lost_at_release,
+            "attempt": self.run.attempt, "first_run_id": self.run.first_run_id,
         })
         return row
 

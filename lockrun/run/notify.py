@@ -153,6 +153,9 @@ def webhook_payload(run: dict[str, Any], holder: dict[str, Any] | None, output_t
         "holder": holder,
         "output_tail": output_tail,
         "lockrun_version": __version__,
+        # --retry: the final attempt's number and the first attempt's run id (None without it)
+        "attempt": run.get("attempt"),
+        "first_run_id": run.get("first_run_id"),
     }
 
 

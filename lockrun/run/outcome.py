@@ -68,6 +68,7 @@ def command_outcome(
     backstop_error: str | None = None,
     output_tail: str | None = None,
     strays_note: str | None = None,
+    success_exits: tuple[int, ...] = (),
 ) -> Outcome:
     """The outcome of a command that ran under the lease.
 
@@ -75,6 +76,8 @@ def command_outcome(
     ``preempted``. ``backstop_error``: why the run had no backstop timer, noted on the row.
     ``strays_note``: what the command left behind (or that left its group) and lockrun stopped
     before the release (strays.py); noted, and never a change of exit code: that is the command's.
+    ``success_exits`` (``--success-exit``): exit codes that count as success; the row keeps the
+    command's code, lockrun exits 0 (docs/operating.md "Retries and jitter").
     """
     exit_code: int
     note = stop.lost_note
@@ -84,6 +87,8 @@ def command_outcome(
         exit_code, status, note = ExitCode.TIMEOUT, Status.TIMEOUT, None
     elif child.signal is not None:
         exit_code, status = child.shell_code, Status.KILLED
+    elif child.returncode in success_exits:
+        exit_code, status = ExitCode.OK, Status.SUCCEEDED
     else:
         exit_code, status = child.shell_code, Status.SUCCEEDED if child.returncode == 0 else Status.FAILED
     outcome = Outcome(exit_code, status, command_exit=child.returncode, signal=child.signal,
@@ -120,6 +125,8 @@ def busy_message(holder: Holder, backend: str | None = None) -> str:
             f"{busy}: its last run is over, but --min-hold keeps it taken for another"
             f" {human_duration(holder.ttl_remaining_s)}; lockrun unlock {holder.name} ends that"
         )
+    if holder.retry_at:  # --retry: its command failed and runs again at retry_at, under the same lock
+        who += f", between --retry attempts (attempt {holder.attempt or '?'} at {holder.retry_at})"
     if holder.ttl_remaining_s is None:  # a kernel lock: it cannot outlive its holder
         return f"{who}; it is freed when that process exits"
     return (

@@ -8,6 +8,9 @@
                                      --timeout or a forwarded signal; it and everything it started
                                      (strays.py) are reaped
     outcome       (outcome.py)       exit code, ledger status and note from how the command ended
+    retry         (retry.py)         --retry: a failed attempt's row is final, the lock is kept
+                                     (renewed) through a pause, and the command runs again as a
+                                     new attempt, a new row; --jitter sleeps before the acquire
     lease client                     release: compare-and-delete, wake a waiter, the fleet record
     delivery      (notify.py)        the final ping and the webhooks, if asked for
     journal                          the final row; a prune now and then; the metrics file
@@ -31,16 +34,22 @@ from lockrun.backends.connect import call_timeout_for
 from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
-from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
+from lockrun.backends.values import LOST, PREEMPTED, Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.core.clock import exact_duration, iso_ago, utc_now_iso
-from lockrun.core.defaults import DEFAULT_BUSY_EXIT, DEFAULT_FAILURE_TAIL, DEFAULT_KILL_AFTER, DEFAULT_REMEMBER_S
+from lockrun.core.defaults import (
+    DEFAULT_BUSY_EXIT,
+    DEFAULT_FAILURE_TAIL,
+    DEFAULT_KILL_AFTER,
+    DEFAULT_REMEMBER_S,
+    DEFAULT_RETRY_DELAY_S,
+)
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
-from lockrun.run.keeper import Keeper, backstop_for
+from lockrun.run.keeper import Keeper, backstop_for, safety_margin
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
@@ -50,6 +59,8 @@ from lockrun.run.watch import watch
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
     from lockrun.run.notify import Delivery
+    from lockrun.run.retry import PauseEnd
+    from lockrun.run.signals import SignalRelay
 
 
 #: The note of a run whose release found the lock no longer its own (docs/guarantees.md "A run that lost its
@@ -97,6 +108,10 @@ class RunOptions(NamedTuple):
     keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
     once_every: float | None = None  # run only if the name's last success started at least this long ago
     cadence: str | None = None  # the declared cadence, as stored (core/cadence: --every/--schedule, --grace)
+    retry: int = 0  # --retry: more attempts after a failed one, under the same lock (retry.py)
+    retry_delay: float = DEFAULT_RETRY_DELAY_S  # the pause before the first retry; doubling after
+    jitter: float = 0.0  # --jitter: a random sleep in [0, jitter) before the first try for the lock
+    success_exit: tuple[int, ...] = ()  # --success-exit: exit codes that count as success
 
 
 class Run:
@@ -127,12 +142,15 @@ class Run:
         self.report: Report = say
         self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
         self.run_id = uuid.uuid4().hex
-        record = RunRecord(
+        self.first_run_id = self.run_id  # --retry: every attempt's row names the first one's run id
+        self._record = RunRecord(
             run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
             started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
             cadence=options.cadence,
+            attempt=1 if options.retry else None, first_run_id=self.run_id if options.retry else None,
         )
-        self.journal = RunJournal(ledger_path, record, report=say, keep_days=ledger_keep_days,
+        self._ledger_path, self._keep_days, self._metrics_file = ledger_path, ledger_keep_days, metrics_file
+        self.journal = RunJournal(ledger_path, self._record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
         self._slow_note: str | None = None  # --warn-after found the command slow
         self.delivery: Delivery | None = None
@@ -164,30 +182,42 @@ class Run:
         # The lock is released by now: telling someone may take seconds, never the lease.
         outcome = self._deliver(outcome)
         self.journal.finish(outcome)
-        if self.options.syslog:
-            from lockrun.run.syslog_line import send_run  # only runs that asked for it pay for it
-
-            send_run(self.journal.row(outcome), attempt=1, report=self.report)
+        self._to_syslog(self.journal, outcome)
         return outcome
+
+    def _to_syslog(self, journal: RunJournal, outcome: Outcome) -> None:
+        """--syslog: one line for a finished run, or for each finished --retry attempt."""
+        if not self.options.syslog:
+            return
+        from lockrun.run.syslog_line import send_run  # only runs that asked for it pay for it
+
+        row = journal.row(outcome)
+        attempt = row.get("attempt")
+        send_run(row, attempt=attempt if isinstance(attempt, int) else 1, report=self.report)
 
     def _run_under_lock(self) -> Outcome:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
-        env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
-               "LOCKRUN_RUN_ID": self.run_id}
+        self._env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
+                     "LOCKRUN_RUN_ID": self.run_id}
         opts = self.options
         spool = None
         if opts.output_on_failure:
             from lockrun.run.capture import OutputSpool  # only --output on-failure pays for it
 
             spool = OutputSpool(lambda line: self.report("warn", line))
-        # Output goes through a pump (and its tail) when a tail is kept or held back (capture.py).
-        tail_size = opts.capture_tail or opts.failure_tail or (DEFAULT_FAILURE_TAIL if spool is not None else None)
-        supervisor = Supervisor(self.options.argv, env=env, capture_tail=tail_size,
+        # Output goes through a pump (and its tail) when a tail is kept or held back (capture.py);
+        # each --retry attempt's Supervisor gets the same (_attempts).
+        self._tail_size = opts.capture_tail or opts.failure_tail or (DEFAULT_FAILURE_TAIL if spool else None)
+        self._spool = spool
+        supervisor = Supervisor(self.options.argv, env=self._env, capture_tail=self._tail_size,
                                 keep_detached=self.options.keep_detached, spool=spool)
         supervisor.signals.install()
         backend = None
         try:
             try:
+                if self.options.jitter > 0 and self._jittered(supervisor):
+                    return self._interrupted(supervisor.signals.received[0], "during --jitter, before the first"
+                                                                               " try for the lock")
                 backend = self.backend_factory(self.call_timeout)
                 self.journal.acquire_began()  # the client is made: the wait begins
                 outcome = self._locked_run(backend, supervisor)
@@ -209,6 +239,22 @@ class Run:
                 spool.close()
         self.journal.acquire_over()  # if it gave up, or failed
         return outcome
+
+    def _jittered(self, supervisor: Supervisor) -> bool:
+        """--jitter: sleep a random time below it before the first try for the lock (so before
+        --wait begins); True when a signal ended the sleep."""
+        from lockrun.run.retry import jitter  # only runs with --jitter or --retry import it
+
+        slept = jitter(self.options.jitter, supervisor.signals)
+        self.report("info", f"--jitter: slept {slept:.3f}s before the first try for {self.options.name!r}")
+        return bool(supervisor.signals.received)
+
+    def _interrupted(self, signum: int, when: str, fencing_token: int | None = None) -> Outcome:
+        """The run ends for a signal that came before (or between) its command's runs: said, recorded."""
+        error = f"interrupted by signal {signum} {when}"
+        self.report("error", error)
+        return Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error,
+                       fencing_token=fencing_token)
 
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
         opts = self.options
@@ -253,23 +299,175 @@ class Run:
             self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
             return Outcome(exit_code=opts.busy_exit_code, status=Status.BUSY, note=note, holder=got)
         lease = got
+        acquired_at = lease.sent_at  # --min-hold counts from the acquisition, whatever the attempts
+        # Armed before the first exec (_supervise), kept through --retry pauses, retired before the release.
+        backstop = Backstop() if opts.on_lost == "terminate" else None
         try:
-            outcome = self._supervise(backend, supervisor, lease)
-        except BaseException as exc:
-            self.journal.mark_ended()
-            failed = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR, error=f"lockrun failed: {exc!r}",
-                             fencing_token=lease.fencing_token)
-            lease_client.release(lease, record=FleetRecord(self.journal.row(failed)))
-            raise
+            outcome, lease = self._attempts(backend, supervisor, lease_client, lease, backstop)
+        finally:
+            if backstop is not None:
+                backstop.disarm()
         self.journal.mark_ended()
         hold_s = 0.0
         if opts.min_hold and not outcome.lease_lost:
-            hold_s = max(0.0, opts.min_hold - (time.monotonic() - lease.sent_at))
+            hold_s = max(0.0, opts.min_hold - (time.monotonic() - acquired_at))
         hold_until = iso_ago(-hold_s) if hold_s else ""
         if hold_s:
             outcome = outcome.noted(f"--min-hold keeps the lock taken until {hold_until}")
         return self._release(lease_client, lease, outcome, succeeded=outcome.status == Status.SUCCEEDED,
                              hold_s=hold_s, hold_until=hold_until)
+
+    def _attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
+                  backstop: Backstop | None) -> tuple[Outcome, Lease]:
+        """The command under the lease, and under --retry again after each failed attempt that may
+        be retried (retry.py): the last attempt's outcome, and the lease as last renewed."""
+        attempt, current = 1, supervisor
+        while True:
+            try:
+                self._slow_note = None  # --warn-after is judged per attempt
+                outcome, lease = self._supervise(backend, current, lease, backstop, attempt)
+                if not self.options.retry:
+                    return outcome, lease
+                from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
+
+                if not retry_due(outcome, attempt, self.options.retry, bool(supervisor.signals.received)):
+                    return outcome, lease
+                went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome,
+                                                 attempt)
+            except BaseException as exc:
+                # Whatever failed (the command is gone: Supervisor.finish), the lock is given back.
+                self.journal.mark_ended()
+                failed = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR,
+                                 error=f"lockrun failed: {exc!r}", fencing_token=lease.fencing_token)
+                lease_client.release(lease, record=FleetRecord(self.journal.row(failed)))
+                raise
+            finally:
+                if current is not supervisor:
+                    current.close()
+            if isinstance(went_on, Outcome):
+                return went_on, lease  # the run ended in the pause: the next attempt's row says how
+            lease, attempt = went_on, attempt + 1
+            # The previous attempt's group and descendants are gone (Supervisor.finish): a fresh one.
+            current = Supervisor(self.options.argv, env={**self._env, "LOCKRUN_RUN_ID": self.run_id},
+                                 capture_tail=self._tail_size, keep_detached=self.options.keep_detached,
+                                 signals=supervisor.signals, spool=self._spool)
+
+    def _between_attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
+                          backstop: Backstop | None, outcome: Outcome, attempt: int) -> Lease | Outcome:
+        """After a failed attempt: record it (its row and fleet event are final), pause with the
+        lock kept, and begin the next attempt; the lease as renewed, or the outcome of a run that
+        ended in the pause (a signal, a lost lease, a --replace) on the next attempt's row."""
+        from lockrun.run.retry import PauseEnd, pause, pause_s
+
+        opts, signals = self.options, supervisor.signals
+        delay = pause_s(attempt, opts.retry_delay)
+        self.journal.mark_ended()
+        finished = self.journal
+        sent = time.monotonic()
+        holder = {"attempt": str(attempt + 1), "retry_at": iso_ago(-delay)}
+        shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
+        record = FleetRecord(finished.row(outcome), shared_tail)
+        # Not reached: the keeper goes on renewing, and the fleet record misses this attempt's end.
+        found = self._between(lambda: backend.attempt_over(lease, holder, record), lease, signals,
+                              f"record the end of attempt {attempt}")
+        lease = self._renewed(lease, found, sent)
+        self.report("info", f"{opts.name!r}: attempt {attempt} {outcome.status} (exit {outcome.exit_code});"
+                            f" attempt {attempt + 1} of {opts.retry + 1} in {delay:.1f}s, the lock kept")
+        keeper = self._keeper(backend, lease, signals, backstop, child_pid=lambda: None)
+        ended: PauseEnd | None = None
+        try:
+            finished.finish(outcome)  # the attempt's final row, while the keeper renews
+            self._to_syslog(finished, outcome)
+            if found in (LOST, PREEMPTED):
+                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
+                                 why=keeper.lost_reason or "the lock was taken over or cleared")
+            else:
+                ended = pause(delay, keeper, signals)
+        finally:
+            keeper.stop()
+            if backstop is not None:
+                backstop.suspend()
+        lease = lease._replace(sent_at=keeper.expires_at - lease.ttl)
+        self._next_attempt(attempt + 1, lease_client)
+        if ended is None:
+            start = lease_client.holder_info()
+            sent = time.monotonic()
+            found = self._between(lambda: backend.attempt_begins(
+                lease, {"run_id": self.run_id, "attempt": str(attempt + 1), "retry_at": ""},
+                {key: start[key] for key in ("run_id", "host", "pid", "command", "started_at", "ttl_ms")}),
+                lease, signals, f"begin attempt {attempt + 1}")
+            lease = self._renewed(lease, found, sent)
+            if found in (LOST, PREEMPTED):
+                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
+                                 why="the lock was taken over or cleared (its token no longer matches)")
+            elif found is None and not signals.received:
+                # No attempt starts on a lease the backend has not confirmed since the pause.
+                ended = PauseEnd(Status.LOST, why="the backend could not be reached to begin the attempt")
+            elif signals.received:  # as the pause ended: the next attempt never starts
+                ended = PauseEnd(Status.ERROR, signals.received[0])
+        if ended is None:
+            return lease
+        self.journal.acquire_over()
+        before = f"before attempt {attempt + 1}"
+        if ended.signum is not None:
+            return self._interrupted(ended.signum, f"during the --retry pause, {before}", lease.fencing_token)
+        why = f"{ended.why}, during the --retry pause {before}"
+        self.report("warn" if ended.status == Status.PREEMPTED else "error", f"lease on {opts.name!r} lost: {why}")
+        return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
+                       note=f"lease lost: {why}", lease_lost=True)
+
+    def _between(self, call: Callable[[], str], lease: Lease, signals: SignalRelay, step: str) -> str | None:
+        """One backend call between attempts, tried again (after 50 ms, doubling to 500 ms) while the
+        lease, as last renewed, is sure to hold (the keeper's deadline: keeper.py), and no signal came;
+        None when no try reached the backend by then, said in one line."""
+        deadline = lease.sent_at + lease.ttl - safety_margin(lease.ttl) - min(self.options.kill_after, lease.ttl / 4)
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except BackendUnavailable as exc:
+                problem = exc
+            if signals.received or time.monotonic() + delay >= deadline:
+                self.report("warn", f"{self.options.name!r}: could not {step} ({problem})")
+                return None
+            signals.wait(time.monotonic() + delay)
+            delay = min(delay * 2, 0.5)
+
+    def _renewed(self, lease: Lease, found: str | None, sent: float) -> Lease:
+        """The lease as a call between attempts, sent at ``sent``, renewed it. Under --replicas such
+        a renewal is not acknowledged by WAIT: it does not push the deadline on."""
+        if found is None or found == LOST or lease.replicas:
+            return lease
+        return lease._replace(sent_at=sent)
+
+    def _next_attempt(self, attempt: int, lease_client: LeaseClient) -> None:
+        """The next attempt's run id and ledger row "running" (it is the run's row from now on)."""
+        self.run_id = uuid.uuid4().hex
+        lease_client.run_id = self.run_id  # what the holder record and the fleet's open entry name
+        record = self._record._replace(run_id=self.run_id, started_at=utc_now_iso(), attempt=attempt,
+                                       first_run_id=self.first_run_id)
+        self.journal = RunJournal(self._ledger_path, record, report=self.report, keep_days=self._keep_days,
+                                  metrics_file=self._metrics_file)
+        self.journal.open()
+        self.journal.say_problem(command_runs=True)
+
+    def _keeper(self, backend: Backend, lease: Lease, signals: SignalRelay, backstop: Backstop | None,
+                child_pid: Callable[[], int | None]) -> Keeper:
+        """A started keeper of ``lease`` (as last renewed), re-arming the backstop after each renewal."""
+        opts = self.options
+        if backstop is not None:
+            backstop.resume(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+        keeper = Keeper(
+            backend,
+            lease,
+            stop_grace=opts.kill_after,
+            call_timeout=self.call_timeout,
+            wake=signals.wake,
+            child_pid=child_pid,
+            on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
+        )
+        keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
+        return keeper
 
     def _release(self, lease_client: LeaseClient, lease: Lease, outcome: Outcome, *, succeeded: bool = False,
                  hold_s: float = 0.0, hold_until: str = "") -> Outcome:
@@ -291,16 +489,21 @@ class Run:
                                 " row says lock_lost_at_release")
         return released_as(outcome, released)
 
-    def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease) -> Outcome:
-        """Run the command under the lease: from the exec to the reaping of all it started."""
+    def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease, backstop: Backstop | None,
+                   attempt: int = 1) -> tuple[Outcome, Lease]:
+        """Run the command under the lease: from the exec to the reaping of all it started. The
+        outcome, and the lease as last renewed (a --retry attempt goes on from there)."""
         opts = self.options
-        self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+        if attempt == 1:
+            self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+        else:
+            self.report("info", f"attempt {attempt} of {opts.retry + 1} under {opts.name!r} (fencing token"
+                                f" {lease.fencing_token})")
         # Armed before the exec: from its first instant the command cannot outlive the lease,
         # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
-        backstop = Backstop() if opts.on_lost == "terminate" else None
         if backstop is not None:
-            backstop.arm(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
-            if backstop.error:
+            backstop.resume(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+            if backstop.error and attempt == 1:
                 # Run without it rather than not at all (a sandbox may forbid POSIX timers), but say so.
                 self.report("warn", f"no backstop timer ({backstop.error}): if lockrun is stopped or starved, "
                                     "its command may outlive the lease")
@@ -310,41 +513,34 @@ class Run:
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             if backstop is not None:
-                backstop.disarm()
+                backstop.suspend()
             self.report("error", str(exc))
             return Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc),
-                           fencing_token=lease.fencing_token)
+                           fencing_token=lease.fencing_token), lease
         keeper = None
         try:
             # From here on the command runs: whatever fails, it is stopped before the lock goes.
             self.journal.command_started(started_wall, started_mono, lease.fencing_token)
-            if self.delivery is not None:
+            if self.delivery is not None and attempt == 1:  # one start ping for the whole run
                 self.delivery.command_started()
-            keeper = Keeper(
-                backend,
-                lease,
-                stop_grace=opts.kill_after,
-                call_timeout=self.call_timeout,
-                wake=supervisor.signals.wake,
-                child_pid=lambda: child_pid,
-                on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
-            )
-            keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
+            keeper = self._keeper(backend, lease, supervisor.signals, backstop, child_pid=lambda: child_pid)
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
                          kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
                          warn_after=opts.warn_after, on_slow=self._command_slow)
         finally:
             # Also on an unexpected error: all it started is gone before the lock is released.
             if backstop is not None:
-                backstop.disarm()  # the command is gone or going: what follows may outlast the lease
+                backstop.suspend()  # the command is gone or going: what follows may outlast the lease
             child = supervisor.finish()
             self.journal.command_ended()
             if keeper is not None:
                 keeper.stop()
+        renewed = lease._replace(sent_at=keeper.expires_at - lease.ttl) if keeper is not None else lease
         outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
             kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
             output_tail=supervisor.tail.text() if supervisor.tail else None, strays_note=supervisor.strays_note(),
+            success_exits=opts.success_exit,
         )
         if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
             outcome = outcome.noted("; ".join(supervisor.tail.lost))
@@ -353,9 +549,12 @@ class Run:
         outcome = self._kept_tail(outcome)
         if supervisor.spool is not None:
             # The whole group is gone and the pump drained: this attempt's output is all there.
-            # (With --retry, each failed attempt settles under a header naming it: capture.py.)
-            supervisor.spool.settle(failed=outcome.status != Status.SUCCEEDED)
-        return outcome
+            # Under --retry each failed attempt's output is written out under a line naming it.
+            failed = outcome.status != Status.SUCCEEDED
+            header = (f"lockrun: attempt {attempt} of {opts.retry + 1} of {opts.name!r}: {outcome.status}"
+                      f" (exit {outcome.exit_code})") if opts.retry and failed else None
+            supervisor.spool.settle(failed=failed, header=header)
+        return outcome, renewed
 
     def _kept_tail(self, outcome: Outcome) -> Outcome:
         """The tail the run keeps: all of --capture-tail's, everywhere it goes; without it, a failed

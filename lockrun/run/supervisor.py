@@ -64,13 +64,16 @@ class ChildExit(NamedTuple):
 class Supervisor:
     def __init__(
         self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
-        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False, spool: OutputSpool | None = None,
+        clock: Callable[[], float] = time.monotonic, keep_detached: bool = False,
+        signals: SignalRelay | None = None, spool: OutputSpool | None = None,
     ) -> None:
         self.argv = argv
         self.keep_detached = keep_detached  # what leaves the command's group is left alone
         self._clock = clock  # the monotonic clock of the kill schedule; a parameter for the unit tests
         self.env = env
-        self.signals = SignalRelay()
+        # A --retry attempt after the first shares the run's relay, which the first one closes.
+        self.signals = signals or SignalRelay()
+        self._owns_signals = signals is None
         self.watchdog = Watchdog()
         self.tail: OutputTail | None = None
         self.spool = spool  # --output on-failure: the pump keeps the output there (capture.py)
@@ -329,4 +332,5 @@ class Supervisor:
         self._reap_unlaunched()
         self.leftovers.remove_cgroup()
         self.watchdog.disarm()
-        self.signals.close()
+        if self._owns_signals:
+            self.signals.close()

@@ -148,7 +148,7 @@ def watch(
         if supervisor.killed and not was_killed:
             poll = DRAIN_POLL_S[0]  # what was just SIGKILLed is about to be gone: look again soon
         if supervisor.killed and backstop is not None:
-            backstop.disarm()  # SIGKILL is sent: the command cannot outlive the lease any more
+            backstop.suspend()  # SIGKILL is sent: the command cannot outlive the lease any more
         wake_at = [supervisor.kill_at, supervisor.adopt_at]
         if stop_reason is None and not draining:
             wake_at += [timeout_at, slow_at]

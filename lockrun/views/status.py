@@ -21,7 +21,7 @@ class LockEntry(TypedDict):
     """One lock (one holder of it, under --slots) as ``status --json`` lists it (docs/operating.md "Operating it")."""
 
     name: str
-    state: str  # free, held, zombie, cooling, malformed; unknown when the backend could not be asked
+    state: str  # free, held, retrying, zombie, cooling, malformed; unknown when the backend could not be asked
     token: str | None
     run_id: str | None
     host: str | None
@@ -43,6 +43,8 @@ class LockEntry(TypedDict):
     # The name's pause (lockrun pause; docs/operating.md "Pausing a job"): who, where, when, until, reason,
     # problem (a malformed one, which runs do not honour); None: not paused.
     paused: dict[str, str | None] | None
+    attempt: int | None  # --retry: the holder's attempt (while retrying: the next one)
+    retry_at: str | None  # --retry: while the holder pauses between attempts, when the next starts
 
 
 #: Holder fields that say where its process ran: an unusable value in any of them means the
@@ -116,12 +118,15 @@ def stale_heartbeat_reason(holder: Holder) -> str | None:
 
 
 def lock_state(holder: Holder) -> str:
-    """``malformed`` (data lockrun did not write), ``cooling``, ``zombie`` or ``held``."""
+    """``malformed`` (data lockrun did not write), ``cooling``, ``zombie``, ``retrying`` or ``held``."""
     if holder.problem:
         return "malformed"
     if holder.cooling_until:
         return "cooling"  # the run is over; --min-hold keeps the lock taken a while longer
-    return "zombie" if zombie_reason(holder) else "held"
+    if zombie_reason(holder):
+        return "zombie"
+    # --retry: between two attempts, the lock kept (docs/operating.md "Retries and jitter")
+    return "retrying" if holder.retry_at else "held"
 
 
 def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None) -> LockEntry:
@@ -131,7 +136,7 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
             "name": name, "state": "free", "token": None, "run_id": None, "host": None, "pid": None,
             "child_pid": None, "command": None, "started_at": None, "heartbeat_at": None,
             "heartbeat_age_s": None, "ttl_remaining_s": None, "problem": None, "last_run": last_run, "paused": None,
-            "cadence": None, "next_due": None, "overdue_s": None,
+            "cadence": None, "next_due": None, "overdue_s": None, "attempt": None, "retry_at": None,
         }
     return {
         "name": name,
@@ -152,6 +157,8 @@ def lock_entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None
         "cadence": None,
         "next_due": None,
         "overdue_s": None,
+        "attempt": holder.attempt,
+        "retry_at": holder.retry_at,
     }
 
 

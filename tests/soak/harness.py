@@ -68,6 +68,12 @@ logdir, work = sys.argv[1], float(sys.argv[2])
 run_id = os.environ["LOCKRUN_RUN_ID"]
 with open(os.path.join(logdir, "holders", str(os.getppid())), "w") as marker:
     marker.write(run_id)
+fail_first = os.environ.get("SOAK_FAIL_FIRST")  # --retry: the first attempt fails, the next succeeds
+if fail_first and not os.path.exists(fail_first):
+    with open(fail_first, "w"), open(os.path.join(logdir, run_id + ".log"), "a") as log:
+        log.write(f"start {time.time()!r} {os.getpid()} {os.getppid()} {os.environ['LOCKRUN_FENCING_TOKEN']} "
+                  f"{os.environ['LOCKRUN_NAME']} {run_id}\n")
+    sys.exit(3)
 """ + DAEMONIZE + r"""
 with open(os.path.join(logdir, run_id + ".log"), "a", buffering=1) as log:
     log.write(f"start {time.time()!r} {os.getpid()} {os.getppid()} {os.environ['LOCKRUN_FENCING_TOKEN']} "
@@ -96,6 +102,11 @@ FAULTS = {  # kind: weight in the random part of the schedule
 PROMPT = 1.5
 #: Exit code -> the ledger status it must come with.
 EXPECTED_STATUS = {0: "succeeded", 69: "unavailable", 75: "busy", 76: "lost", -9: "abandoned"}
+#: The statuses an attempt of a --retry run may end in when another attempt follows it.
+RETRIED_STATUSES = ("failed", "timeout", "killed")
+#: The share of invocations run with --retry 1 (their first attempt fails: SOAK_FAIL_FIRST) and
+#: with --jitter (docs/operating.md "Retries and jitter").
+RETRY_SHARE, JITTER_SHARE = 0.25, 0.15
 
 
 @dataclass
@@ -112,6 +123,7 @@ class Invocation:
     killed_at: float | None = None
     pauses: list[tuple[float, float]] = field(default_factory=list)
     daemon: bool = False  # its command leaves a daemon behind
+    retry: bool = False  # --retry 1, and its first attempt fails
 
 
 @dataclass
@@ -218,6 +230,7 @@ class Soak:
     def _contend(self, k: int, env: dict) -> None:
         rng = random.Random(f"{self.seed}/contender/{k}")
         daemons = random.Random(f"{self.seed}/daemons/{k}")
+        retries = random.Random(f"{self.seed}/retries/{k}")  # its own stream: the others' choices stay as they were
         names = self._names_for(k)
         while not self._stop.is_set():
             ttl = rng.choice(self.ttls)
@@ -227,9 +240,16 @@ class Soak:
             argv = ["-n", inv.name, "--ttl", str(ttl), *self._extra_args(inv)]
             if wait is not None:
                 argv += ["--wait", f"{wait:.1f}"]
+            run_env = env
+            inv.retry = retries.random() < RETRY_SHARE
+            if inv.retry:
+                argv += ["--retry", "1", "--retry-delay", f"{retries.uniform(0.0, 0.5):.2f}"]
+                run_env = {**env, "SOAK_FAIL_FIRST": str(self.logdir / f"fail-{k}-{len(self.invocations)}")}
+            if retries.random() < JITTER_SHARE:
+                argv += ["--jitter", f"{retries.uniform(0.05, 0.5):.2f}"]
             argv += ["--", PY, str(self.command), str(self.logdir), f"{inv.work:.3f}", *(["daemon"] * inv.daemon)]
             inv.started = time.time()
-            proc = subprocess.Popen(lockrun_argv(*argv), env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(lockrun_argv(*argv), env=run_env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             inv.pid = proc.pid
             with self._lock:
@@ -516,6 +536,11 @@ class Soak:
                 continue
             rows = [row for row in rows_by_pid.get(inv.pid, [])
                     if inv.started - 1 <= _epoch_seconds(row["started_at"]) <= inv.ended + 1]
+            attempts = sorted(rows, key=lambda row: row.get("attempt") or 0)
+            if inv.retry and rows and [row.get("attempt") for row in attempts] == list(range(1, len(rows) + 1)):
+                # --retry: one row per attempt, all naming the first; only the last is the run's outcome
+                problems += self._check_attempts(inv, attempts)
+                rows = attempts[-1:]
             if len(rows) != 1:
                 problems.append(f"lockrun pid {inv.pid} (exit {inv.rc}) has {len(rows)} ledger rows")
                 continue
@@ -531,6 +556,24 @@ class Soak:
             if cmd is not None and row["fencing_token"] != cmd.fencing_token:
                 problems.append(f"run {row['run_id']}: ledger fencing token {row['fencing_token']}, "
                                 f"command saw {cmd.fencing_token}")
+        return problems
+
+    @staticmethod
+    def _check_attempts(inv: Invocation, attempts: list[dict]) -> list[str]:
+        """The rows of one --retry 1 run: at most two attempts, both naming the first's run id, the
+        earlier one ended in a status that is retried."""
+        problems = []
+        if len(attempts) > 2:
+            problems.append(f"lockrun pid {inv.pid} (--retry 1) has {len(attempts)} attempts")
+        first = attempts[0]["run_id"]
+        for row in attempts:
+            if row.get("first_run_id") != first:
+                problems.append(f"run {row['run_id']} (attempt {row.get('attempt')}) names first run "
+                                f"{row.get('first_run_id')}, not {first}")
+        for row in attempts[:-1]:
+            if row["status"] not in RETRIED_STATUSES:
+                problems.append(f"run {row['run_id']} (attempt {row.get('attempt')}) ended {row['status']!r},"
+                                " and yet another attempt followed")
         return problems
 
     def _check_fleet_record(self, server) -> list[str]:

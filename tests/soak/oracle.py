@@ -123,6 +123,8 @@ class ServerLease:
     last_reset: float
     run_id: str | None = None
     fencing_token: int | None = None
+    #: the run ids of the later --retry attempts under this lease (the HSET info of each attempt's start)
+    attempt_run_ids: list[str] = field(default_factory=list)
     resets: int = 0
     ended_at: float | None = None
     end: str | None = None  # released | stolen | died | expired | replaced
@@ -158,7 +160,11 @@ class Reconstruction:
     releases: dict[str, list[int]] = field(default_factory=dict)  # run id -> epochs its release script ran in
 
     def by_run_id(self) -> dict[str, ServerLease]:
-        return {lease.run_id: lease for lease in self.leases if lease.run_id}
+        """Each run id's lease: under --retry, every attempt's run id names its run's one lease."""
+        found = {lease.run_id: lease for lease in self.leases if lease.run_id}
+        for lease in self.leases:
+            found.update(dict.fromkeys(lease.attempt_run_ids, lease))
+        return found
 
 
 def lock_name(key: str, prefix: str, kind: str = "lock") -> str | None:
@@ -262,7 +268,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 current[pending.name] = pending
                 out.leases.append(pending)
                 pending = None
-            elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
+            elif verb == "HSET" and lock_name(key, prefix, "info") and ("fencing_token" in args or "run_id" in args):
                 note_holder(current.get(lock_name(key, prefix, "info")), args)
             elif verb == "PEXPIRE" and name:
                 token = script_token(context)
@@ -301,11 +307,14 @@ COPY_SLACK_MS = 10
 
 def note_holder(lease: ServerLease | None, args: list[str]) -> None:
     """The fencing token and run id a grant's ``HSET info`` wrote, the first time (renewals
-    rewrite only the heartbeat), for both replays."""
-    if lease is not None and lease.fencing_token is None:
-        fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
+    rewrite only the heartbeat), for both replays; later, a --retry attempt's new run id (the
+    script that begins an attempt writes it, under the same lease)."""
+    fields = dict(zip(args[2::2], args[3::2], strict=False))  # field, value, ...
+    if lease is not None and lease.fencing_token is None and "fencing_token" in fields:
         lease.fencing_token = int(fields["fencing_token"])
         lease.run_id = fields.get("run_id")
+    elif lease is not None and fields.get("run_id") and "fencing_token" not in fields:
+        lease.attempt_run_ids.append(fields["run_id"])
 
 
 def _script_token(args: list[str]) -> str | None:
@@ -445,7 +454,7 @@ def reconstruct_across(streams: list[tuple[int, str, list[str]]], prefix: str = 
                 pending.history.append((pending.acquired_at, server, pending.ttl, waited))
                 out.leases.append(pending)
                 pending = None
-            elif verb == "HSET" and lock_name(key, prefix, "info") and "fencing_token" in args:
+            elif verb == "HSET" and lock_name(key, prefix, "info") and ("fencing_token" in args or "run_id" in args):
                 note_holder(current.get(lock_name(key, prefix, "info")), args)
             elif verb == "PEXPIRE" and name:
                 lease = by_token.get(token)

@@ -189,6 +189,13 @@ class FakeBackend(Backend):
         held.expires_at = self.clock.now + lease.ttl
         return self._reply(RENEWED)
 
+    def attempt_over(self, lease: Lease, holder: dict[str, str], record: FleetRecord) -> str:
+        self.fleet_rows.append(record)
+        return self.renew(lease, "", None)
+
+    def attempt_begins(self, lease: Lease, holder: dict[str, str], start: dict[str, str]) -> str:
+        return self.renew(lease, "", None)
+
     def release(
         self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",
         record: FleetRecord | None = None,
@@ -425,6 +432,9 @@ class FakeBackstop(Backstop):
     def disarm(self) -> None:
         if self.disarmed_at is None:
             self.disarmed_at = self.clock.now
+
+    def suspend(self) -> None:  # as far as these tests go, the same: no re-arm follows
+        self.disarm()
 
 
 def keep_renewing(clock: FakeClock, keeper: Keeper) -> None:

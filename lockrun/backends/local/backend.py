@@ -49,7 +49,7 @@ from lockrun.backends.values import (
     OnceKey,
     TooSoon,
 )
-from lockrun.core.clock import parse_iso
+from lockrun.core.clock import parse_iso, utc_now_iso
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
 from lockrun.core.zones import MAX_ZONE_NAME
@@ -209,13 +209,25 @@ class LocalBackend:
             raise ZoneMismatch(name, printable(recorded)[:MAX_ZONE_NAME], once.zone, once.zone_from or "this host")
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
+        return self._renew(lease, {"heartbeat_at": heartbeat_at, "child_pid": str(child_pid or "")})
+
+    def attempt_over(self, lease: Lease, holder: dict[str, str], record: FleetRecord) -> str:
+        # ``record`` is for a shared backend: here the ledger is this host's whole memory.
+        return self._renew(lease, {"heartbeat_at": utc_now_iso(), "child_pid": "", **holder})
+
+    def attempt_begins(self, lease: Lease, holder: dict[str, str], start: dict[str, str]) -> str:
+        return self._renew(lease, {"heartbeat_at": utc_now_iso(), **holder})
+
+    def _renew(self, lease: Lease, fields: dict[str, str]) -> str:
+        """The kernel lock holds as long as we do: a renewal checks it is still ours and updates
+        its description with ``fields`` (the heartbeat, and what a --retry pause says)."""
         fd = self._held.get(lease.token)
         slot = self._slot_of.get(lease.token)
         if fd is None or not same_file(fd, self.files.lock_path(lease.name, slot)):
             return LOST  # unlock --force removed our file: the lock is no longer ours
         record = self.records.read(lease.name, slot)
         if record.get("token") == lease.token:
-            record.update(heartbeat_at=heartbeat_at, child_pid=str(child_pid or ""))
+            record.update(fields)
             with contextlib.suppress(OSError):  # the heartbeat is for people; the kernel lock is what holds
                 self.records.write(lease.name, record, slot)
         return PREEMPTED if slot is None and self.files.preempt_path(lease.name).exists() else RENEWED

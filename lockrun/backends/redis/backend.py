@@ -27,7 +27,15 @@ from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refu
 from lockrun.backends.redis.keys import lock_keys, registry_key
 from lockrun.backends.redis.replicas import ReplicaWait
 from lockrun.backends.redis.replies import int_or_none, pairs, script_int, text
-from lockrun.backends.redis.scripts import acquire_call, clear_foreign_call, preempt_call, release_call, renew_call
+from lockrun.backends.redis.scripts import (
+    acquire_call,
+    attempt_begins_call,
+    attempt_over_call,
+    clear_foreign_call,
+    preempt_call,
+    release_call,
+    renew_call,
+)
 from lockrun.backends.values import (
     LOST,
     PREEMPTED,
@@ -167,6 +175,17 @@ class RedisBackend:
             too_few = self.replica_wait.too_few("renewal", got.acks, lease.replicas)
             raise ReplicasMissing(f"{too_few}, --replicas {self.replica_wait.replicas}", got.acks, lease.replicas)
         return found
+
+    def attempt_over(self, lease: Lease, holder: dict[str, str], record: FleetRecord) -> str:
+        # Under --replicas the runner does not count this renewal towards the deadline: no WAIT here.
+        call = attempt_over_call(lock_keys(self.prefix, lease.name), lease, holder, record, self.fleet,
+                                 registry=self.registry_key)
+        return _RENEWAL.get(script_int(self.connection.eval(call)), LOST)
+
+    def attempt_begins(self, lease: Lease, holder: dict[str, str], start: dict[str, str]) -> str:
+        call = attempt_begins_call(lock_keys(self.prefix, lease.name), lease, holder, start, self.fleet,
+                                   registry=self.registry_key)
+        return _RENEWAL.get(script_int(self.connection.eval(call)), LOST)
 
     def release(
         self, lease: Lease, succeeded: bool = False, hold_s: float = 0.0, hold_until: str = "",

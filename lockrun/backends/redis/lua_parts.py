@@ -326,3 +326,35 @@ local function declare_cadence(key, first, keep)
   end
 end
 """
+
+# Between two --retry attempts (docs/operating.md "Retries and jitter"), the lock stays the run's:
+# renewed_for_attempt(first) renews it as RENEW_SCRIPT or SLOTS_RENEW_SCRIPT would (if the token
+# is still ours: a reset, never an addition) and sets ARGV[4] holder field/value pairs, from
+# ARGV[first], on its info hash (the attempt, when the next one starts), with a heartbeat
+# (HEARTBEAT_LUA). KEYS[1]: the lock (or the slots set, ARGV[3] = '1'), KEYS[2]: its info hash,
+# KEYS[3]: the preemption request (or the slot count). ARGV[1]: token, ARGV[2]: ttl_ms.
+# Returns 1 renewed, 2 renewed but another run asked to replace this one (--replace), 0 lost.
+ATTEMPT_LUA = """
+local function renewed_for_attempt(first)
+  local slotted = ARGV[3] == '1'
+  if slotted then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+    if not score or tonumber(score) <= now then return 0 end
+    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+    local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+    redis.call('PEXPIRE', KEYS[1], keep)
+    redis.call('PEXPIRE', KEYS[3], keep)
+  else
+    if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  local n = tonumber(ARGV[4])
+  if n > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, first, first + 2 * n - 1)) end
+  heartbeat(KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  if not slotted and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
+  return 1
+end
+"""

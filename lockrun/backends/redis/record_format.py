@@ -34,6 +34,10 @@ EVENT_FIELDS = (
     ("o", "once_key"), ("E", "error"), ("n", "note"), ("X", "exit_status"), ("w", "waited_s"),
     ("l", "lock_lost_at_release"), ("k", None),
 )
+#: Fields only a --retry run's entries have (docs/operating.md "Retries and jitter"), after the
+#: others: ``a`` the attempt, ``F`` the first attempt's run id ('' on the first attempt itself:
+#: ``r`` is it). A run without --retry writes neither, so its entries keep the one field set.
+RETRY_FIELDS = (("a", "attempt"), ("F", "first_run_id"))
 #: How many distinct host names and commands one name's ``vals`` hash holds (then: inline).
 VALS_MAX = 64
 #: Busy and duplicate skips one name's ``skips`` list keeps, newest first, for timeline --fleet
@@ -93,6 +97,10 @@ def event_pairs(row: Row) -> list[str]:
         else:
             text = str(value)
         flat += [field, text]
+    attempt = row.get("attempt")
+    if attempt is not None:
+        first = row.get("first_run_id")
+        flat += ["a", str(attempt), "F", "" if first in (None, row.get("run_id")) else str(first)]
     return flat
 
 
@@ -147,6 +155,9 @@ def decode_event(entry_id: str, fields: Mapping[Any, object], vals: dict[str, tu
                 out[source] = repr(us / _US)
         else:
             out[source] = value
+    if raw.get("a"):
+        out["attempt"] = raw["a"]
+        out["first_run_id"] = raw.get("F") or raw.get("r") or None
     head = entry_id.split("-", 1)[0]
     before = parse_int(raw.get("k", ""))
     if head.isdigit() and before is not None and before >= 0:

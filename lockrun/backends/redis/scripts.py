@@ -14,6 +14,7 @@ from lockrun.backends.pause import PauseRequest
 from lockrun.backends.redis.keys import LockKeys
 from lockrun.backends.redis.lua_parts import (
     ACQUIRE_CHECKS_LUA,
+    ATTEMPT_LUA,
     CADENCE_LUA,
     FLEET_COMMON_LUA,
     FLEET_END_LUA,
@@ -159,6 +160,33 @@ mark_done(KEYS[10], ARGV[6], ARGV[5])
 keep_zone_for(KEYS[11], ARGV[7], ARGV[5])
 record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], 8, released)
 return released
+"""
+
+# A --retry attempt is over and the run pauses, keeping the lock: renew it and mark the holder
+# as retrying (ATTEMPT_LUA), and record the attempt's end in the fleet record, as a release
+# would, whether the lock was still ours or not. KEYS: lock (or slots), info (or the slot's),
+# preempt (or slots:n), runs, last, counts, open, vals, names (or KEYS[1] again).
+# ARGV: token, ttl_ms, slotted, n, n holder field/value pairs, then the record (FLEET_END_LUA)
+# from ARGV[5 + 2n]. Returns 1 renewed, 2 renewed but preempted (--replace), 0 lost.
+ATTEMPT_OVER_SCRIPT = FLEET_END_LUA + HEARTBEAT_LUA + ATTEMPT_LUA + """
+redis.replicate_commands()
+local kept = renewed_for_attempt(5)
+record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], 5 + 2 * tonumber(ARGV[4]), kept > 0 and 1 or 0)
+return kept
+"""
+
+# The next --retry attempt starts under the same lock: renew it, set the holder's run id and
+# attempt (ATTEMPT_LUA), and record the attempt's start among the fleet record's open runs.
+# KEYS: lock (or slots), info (or the slot's), preempt (or slots:n), open, names (or KEYS[1]).
+# ARGV: token, ttl_ms, slotted, n, keep_ms, fence, slots, n holder field/value pairs, then the
+# start's field/value pairs (record_start). Returns 1 renewed, 2 renewed but preempted, 0 lost.
+ATTEMPT_BEGINS_SCRIPT = FLEET_START_LUA + HEARTBEAT_LUA + ATTEMPT_LUA + """
+redis.replicate_commands()
+local kept = renewed_for_attempt(8)
+if kept > 0 then
+  record_start(KEYS[4], KEYS[5], ARGV[5], tonumber(ARGV[6]), 8 + 2 * tonumber(ARGV[4]), fleet_now(), tonumber(ARGV[7]))
+end
+return kept
 """
 
 # Ask the holder to stop (--replace): its keeper sees the flag at its next renewal.
@@ -407,6 +435,38 @@ def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRet
         record.row.get("note") or "", lost_note, *event_pairs(record.row),
     ]
     return fleet_keys, args
+
+
+def _attempt_keys(keys: LockKeys, lease: Lease) -> list[str]:
+    """KEYS[1..3] of ATTEMPT_LUA: the lock, its info hash, its preemption request (or the slot's)."""
+    if lease.slots > 1:
+        return [keys.slots, keys.slot_info(lease.token), keys.slot_count]
+    return [keys.lock, keys.info, keys.preempt]
+
+
+def attempt_over_call(
+    keys: LockKeys, lease: Lease, holder: dict[str, str], record: FleetRecord, retention: FleetRetention,
+    registry: str | None = None,
+) -> ScriptCall:
+    """ATTEMPT_OVER_SCRIPT: renew, mark the holder ``holder``, add ``record`` to the fleet record."""
+    lock_keys_ = _attempt_keys(keys, lease)
+    fleet_keys, fleet_args = _record_args(keys, record, retention)
+    pairs: list[Arg] = [item for field in holder.items() for item in field]
+    return ScriptCall(ATTEMPT_OVER_SCRIPT, [*lock_keys_, *fleet_keys, registry or lock_keys_[0]],
+                      [lease.token, ms(lease.ttl), int(lease.slots > 1), len(holder), *pairs, *fleet_args])
+
+
+def attempt_begins_call(
+    keys: LockKeys, lease: Lease, holder: dict[str, str], start: dict[str, str], retention: FleetRetention,
+    registry: str | None = None,
+) -> ScriptCall:
+    """ATTEMPT_BEGINS_SCRIPT: renew, mark the holder ``holder``, open ``start`` in the fleet record."""
+    lock_keys_ = _attempt_keys(keys, lease)
+    pairs: list[Arg] = [item for field in holder.items() for item in field]
+    opened: list[Arg] = [item for field in start.items() for item in field]
+    return ScriptCall(ATTEMPT_BEGINS_SCRIPT, [*lock_keys_, keys.open, registry or lock_keys_[0]],
+                      [lease.token, ms(lease.ttl), int(lease.slots > 1), len(holder), retention.keep_ms,
+                       lease.fencing_token, lease.slots, *pairs, *opened])
 
 
 def preempt_call(keys: LockKeys, requester: str, ttl: float) -> ScriptCall:
