@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.conftest import run_lockrun, wait_until
+from tests.conftest import run_lockrun, spawn_lockrun, wait_until
 
 PERFDATA = re.compile(r"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| ('?[^=' ]+'?=\d+s(;;\d+)?)( |$)+)?$")
 
@@ -108,3 +108,17 @@ def test_warning_for_a_redis_that_may_evict_keys(tmp_path):
         assert any("allkeys-lru" in line for line in details)
     finally:
         server.cleanup()
+
+
+def test_a_run_past_its_warn_after_is_a_warning(any_env):
+    """--warn-after (docs/operating.md "Output") found the command slow: check says WARNING while it runs."""
+    proc = spawn_lockrun(any_env, "-n", "slowpoke", "--warn-after", "1", "--", "sleep", "60")
+    try:
+        def warned():
+            result = run_lockrun(any_env, "check", "slowpoke")
+            return result if result.returncode == 1 else None
+        result = wait_until(warned, timeout=30, interval=0.5, what="check to say WARNING for a slow run")
+        assert result.stdout.startswith("LOCKRUN WARNING - slowpoke is slow"), result.stdout
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -2,7 +2,8 @@
 "Monitoring: lockrun check"). Each name is judged on its own, the worst judgement is the plugin's:
 
 - OK (0): nothing below; a paused name is OK, "paused until ...", whatever else it shows;
-- WARNING (1): a zombie or malformed lock, a malformed pause, or a Redis that may evict keys;
+- WARNING (1): a zombie or malformed lock, a run of this host still going past its --warn-after,
+  a malformed pause, or a Redis that may evict keys;
 - CRITICAL (2): overdue (a declared cadence: --every/--schedule), the last run failed (any of the
   failures: failed, timeout, lost, killed, abandoned, error, unavailable), or, for a name with no
   declaration, ``--max-age`` since its last success passed;
@@ -178,6 +179,9 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
             holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
             what = f": {entry['problem']}" if entry["problem"] else ""
             warning.append(f"{name} lock is {entry['state']} (held by {holder}{what})")
+        elif entry["state"] == "slow":  # --warn-after found this host's run slow (views/status.py)
+            holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
+            warning.append(f"{name} is slow: still running past its --warn-after (held by {holder})")
     if pause and pause.get("problem"):
         warning.append(f"{name} has a malformed pause, not honoured ({pause['problem']})")
     if critical:
