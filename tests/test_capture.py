@@ -110,3 +110,23 @@ def test_a_slow_non_blocking_reader_gets_every_byte(env):
     os.close(read_end)
     assert len(received) == 1000000 and proc.stderr.read() == b""
     proc.stderr.close()
+
+
+def cpu_seconds_of_a_run(env, stdout, stderr, *args: str) -> float:
+    """User plus system CPU of one lockrun and all it reaped (its command): os.wait4's usage."""
+    proc = subprocess.Popen(lockrun_argv(*args), env=env, stdout=stdout, stderr=stderr)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_two_destinations_cost_about_what_one_does(env, tmp_path):
+    # Every cron run goes through the pump now (the default failure tail), and `2>/dev/null` or
+    # `2>>errors.log` gives it two pipes: a flood on one of them must not be read 1 KiB at a time
+    # (7 times the CPU of one pipe, 5 s a GiB) when the other has nothing to say.
+    flood = ["--", "head", "-c", "256M", "/dev/zero"]
+    with open(os.devnull, "wb") as null, open(tmp_path / "errors.log", "ab") as errors:
+        one = min(cpu_seconds_of_a_run(env, null, null, "-n", "flood", *flood) for _ in range(2))
+        two = min(cpu_seconds_of_a_run(env, null, errors, "-n", "flood", *flood) for _ in range(2))
+    assert two < 2 * one + 0.2, (one, two)
