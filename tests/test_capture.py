@@ -124,9 +124,9 @@ def cpu_seconds_of_a_run(env, stdout, stderr, *args: str) -> float:
 def test_two_destinations_cost_about_what_one_does(env, tmp_path):
     # Every cron run goes through the pump now (the default failure tail), and `2>/dev/null` or
     # `2>>errors.log` gives it two pipes: a flood on one of them must not be read 1 KiB at a time
-    # (7 times the CPU of one pipe, 5 s a GiB) when the other has nothing to say.
+    # (3 to 7 times the CPU of one pipe, 5 s a GiB) when the other has nothing to say.
     flood = ["--", "head", "-c", "256M", "/dev/zero"]
     with open(os.devnull, "wb") as null, open(tmp_path / "errors.log", "ab") as errors:
         one = min(cpu_seconds_of_a_run(env, null, null, "-n", "flood", *flood) for _ in range(2))
         two = min(cpu_seconds_of_a_run(env, null, errors, "-n", "flood", *flood) for _ in range(2))
-    assert two < 2 * one + 0.2, (one, two)
+    assert two < 1.5 * one + 0.1, (one, two)

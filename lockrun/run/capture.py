@@ -60,8 +60,10 @@ class OutputTail:
         return data.decode("utf-8", "replace")
 
 
-# With two pipes, read at most this much from one before looking at the other: a burst on one
-# stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
+# With both pipes ready, read at most this much from each in turn: a burst on one stream cannot
+# hold back what the other wrote meanwhile. One pipe ready alone (one pipe, or a flood on stdout
+# while stderr is quiet: `2>/dev/null`) has no order to keep against the other: a whole pipe's
+# worth then, or the pump costs five times the CPU (docs/operating.md "Output tail").
 PUMP_READ_SIZE = 1024
 PUMP_READ_SIZE_ONE_PIPE = 65536
 
@@ -158,10 +160,11 @@ class Pump:
         for source in self.routes:
             poller.register(source, select.POLLIN)
         open_sources = dict(self.routes)
-        read_size = PUMP_READ_SIZE_ONE_PIPE if len(open_sources) == 1 else PUMP_READ_SIZE
         try:
             while open_sources:
-                for source, _events in poller.poll():
+                ready = poller.poll()
+                read_size = PUMP_READ_SIZE_ONE_PIPE if len(ready) == 1 else PUMP_READ_SIZE
+                for source, _events in ready:
                     target = open_sources.get(source)
                     if target is None:
                         continue
