@@ -266,6 +266,27 @@ def test_output_from_the_config_file(any_env, tmp_path):
     assert run_lockrun(any_env, "-n", "c", "--output", "sometimes", "--", "true").returncode == 2
 
 
+def test_keep_detached_with_on_failure_is_a_usage_error(local_env):
+    # Held output goes through lockrun's pump, which ends with lockrun: the daemon --keep-detached
+    # means to leave running would die of SIGPIPE at its next write (and lockrun wait for it).
+    result = run_lockrun(local_env, "-n", "x", "--keep-detached", "--output", "on-failure", "--", "true")
+    assert_one_line(result, 2, "--keep-detached and --output on-failure cannot be combined")
+
+
+def test_keep_detached_leaves_the_config_files_on_failure_aside(local_env, tmp_path):
+    config = tmp_path / "chronic.toml"
+    config.write_text('output = "on-failure"\n')
+    env = {**local_env, "LOCKRUN_CONFIG": str(config)}
+    alive = tmp_path / "alive"
+    daemon = f"sleep 1; echo daemon; touch {alive}"
+    result = run_lockrun(env, "-n", "kd", "--keep-detached", "--", "sh", "-c",
+                         f"setsid sh -c '{daemon}' > /dev/null & echo started")
+    assert (result.returncode, result.stdout) == (0, "started\n"), result.stderr  # passed through, not held
+    result = run_lockrun(env, "-n", "kd2", "--keep-detached", "--", "sh", "-c", f"setsid sh -c '{daemon}' &")
+    assert result.returncode == 0, result.stderr
+    wait_until(alive.exists, what="the daemon left running to write and go on")
+
+
 # --- B: --warn-after -----------------------------------------------------------------------------------
 
 
