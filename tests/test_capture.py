@@ -130,3 +130,20 @@ def test_two_destinations_cost_about_what_one_does(env, tmp_path):
         one = min(cpu_seconds_of_a_run(env, null, null, "-n", "flood", *flood) for _ in range(2))
         two = min(cpu_seconds_of_a_run(env, null, errors, "-n", "flood", *flood) for _ in range(2))
     assert two < 1.5 * one + 0.1, (one, two)
+
+
+def test_a_reader_that_starts_late_still_gets_the_end_of_the_output(env):
+    # cron's mailer, an ssh, a log shipper may take seconds to start reading. What the command wrote
+    # before it exited sits in its pipe and lockrun's: without lockrun the command would wait for the
+    # reader; the pump must too, not give up after PUMP_DRAIN_S and drop the end (the error message).
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(lockrun_argv("-n", "late", "--", "sh", "-c", "head -c 100000 /dev/zero; echo last words"),
+                            env=env, stdout=write_end, stderr=subprocess.DEVNULL)
+    os.close(write_end)
+    time.sleep(4)  # the reader starts late on purpose: longer than the pump's 2 s drain
+    received = bytearray()
+    while chunk := os.read(read_end, 65536):
+        received.extend(chunk)
+    os.close(read_end)
+    assert proc.wait(60) == 0
+    assert len(received) == 100011 and received.endswith(b"last words\n"), len(received)
