@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import history, lockrun_argv, run_lockrun
+from tests.conftest import history, lockrun_argv, run_lockrun, wait_until
 
 PY = sys.executable
 O1_E1_O2 = ["sh", "-c", "echo o1; echo e1 >&2; echo o2"]
@@ -147,3 +149,48 @@ def test_a_reader_that_starts_late_still_gets_the_end_of_the_output(env):
     os.close(read_end)
     assert proc.wait(60) == 0
     assert len(received) == 100011 and received.endswith(b"last words\n"), len(received)
+
+
+def stalled_run(env, *args: str) -> tuple[subprocess.Popen, int]:
+    """lockrun writing 100 kB into a pipe nobody reads (but that stays open): the read end is returned."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(lockrun_argv("-n", "stalled", *args, "--", "head", "-c", "100000", "/dev/zero"),
+                            env=env, stdout=write_end, stderr=subprocess.DEVNULL)
+    os.close(write_end)
+    return proc, read_end
+
+
+def test_a_reader_that_never_reads_holds_lockrun_no_longer_than_the_timeout(env):
+    proc, read_end = stalled_run(env, "--timeout", "2", "--kill-after", "1")
+    try:
+        started = time.monotonic()
+        assert proc.wait(30) == 0  # the command did succeed; the killed command would have lost it too
+        assert 2 < time.monotonic() - started < 20
+    finally:
+        proc.kill()
+        os.close(read_end)
+
+
+def child_commands(pid: int) -> list[str]:
+    """The names of a process's children (lockrun's: its command, its watchdog)."""
+    names = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            names.append(Path(f"/proc/{child}/comm").read_text().strip())
+        except OSError:
+            pass  # gone meanwhile
+    return names
+
+
+def test_a_signal_ends_the_wait_for_a_reader_that_never_reads(env):
+    proc, read_end = stalled_run(env)
+    try:
+        wait_until(lambda: history(env, "stalled") and "head" not in child_commands(proc.pid),
+                   what="the command to be done and lockrun to wait for its reader")
+        time.sleep(3)  # past the 2 s an idle pump gets: lockrun still waits, as the command would have
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    finally:
+        proc.kill()
+        os.close(read_end)

@@ -29,11 +29,15 @@ import select
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable
 
-# How long the pump may go on after the command's group is gone: the pipes are at EOF then,
-# unless a process that left the group still holds them.
+# How long the pump may wait for more input after the command's group is gone: the pipes are at
+# EOF then, unless a process that left the group still holds them. Time spent waiting for a
+# destination to take output does not count (see Pump.drain).
 PUMP_DRAIN_S = 2.0
+#: How often drain() looks at the pump while it waits.
+PUMP_DRAIN_LOOK_S = 0.05
 
 
 class OutputTail:
@@ -152,6 +156,7 @@ class Pump:
         self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
         self.tail = tail
         self.spool = spool  # --output on-failure: chunks are kept there, not written through
+        self.writing = False  # in a write to a destination (which may be waiting for its reader)
         self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
         self._thread.start()
 
@@ -176,6 +181,7 @@ class Pump:
                         self.tail.feed(chunk)
                         if self.spool is not None and self.spool.keep(target, chunk):
                             continue
+                        self.writing = True
                         try:
                             _write_through(target, chunk)
                             continue
@@ -183,6 +189,8 @@ class Pump:
                             if exc.errno != errno.EPIPE:  # a reader that went away is no news
                                 self._say_lost(target, exc)
                             # our own output is gone: let the command find out, as on a closed pipe
+                        finally:
+                            self.writing = False
                     poller.unregister(source)
                     del open_sources[source]
                     os.close(source)
@@ -202,9 +210,20 @@ class Pump:
         with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
             _write_through(2, line.encode("utf-8", "backslashreplace"))
 
-    def drain(self) -> None:
-        """Wait for what the command wrote last (at most PUMP_DRAIN_S)."""
-        self._thread.join(PUMP_DRAIN_S)
+    def drain(self, until: float | None = None, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Wait for what the command wrote last to be passed on. Waiting for input ends after
+        PUMP_DRAIN_S (only a process that left the group can still hold the pipes); waiting for a
+        destination to take it (a reader that starts late: cron's mailer, an ssh) goes on, as the
+        command itself would have waited, until ``until`` (monotonic; the run's --timeout, after
+        which the command would have been killed) or ``interrupted()`` (a signal to lockrun)."""
+        idle_until = time.monotonic() + PUMP_DRAIN_S
+        while self._thread.is_alive():
+            self._thread.join(PUMP_DRAIN_LOOK_S)
+            now = time.monotonic()
+            if self.writing:
+                idle_until = now + PUMP_DRAIN_S
+            if now >= idle_until or (until is not None and now >= until) or interrupted():
+                return
 
 
 # --- --output on-failure (chronic(1)) ------------------------------------------------------------

@@ -300,6 +300,8 @@ class Run:
         self.journal.say_problem(command_runs=True)
         try:
             started_mono, started_wall = time.monotonic(), utc_now_iso()
+            if opts.timeout:  # the command would have been killed there, however slow its reader
+                supervisor.output_until = started_mono + opts.timeout + opts.kill_after
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             if backstop is not None:
