@@ -3,6 +3,7 @@ streams, slow readers (both backends)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -175,10 +176,8 @@ def child_commands(pid: int) -> list[str]:
     """The names of a process's children (lockrun's: its command, its watchdog)."""
     names = []
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        try:
+        with contextlib.suppress(OSError):  # gone meanwhile
             names.append(Path(f"/proc/{child}/comm").read_text().strip())
-        except OSError:
-            pass  # gone meanwhile
     return names
 
 
