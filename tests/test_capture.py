@@ -193,3 +193,20 @@ def test_a_signal_ends_the_wait_for_a_reader_that_never_reads(env):
     finally:
         proc.kill()
         os.close(read_end)
+
+
+def test_a_replace_ends_the_wait_for_a_reader_that_never_reads(env):
+    # Waiting for the reader holds the lock, as the command blocked in its write would: a --replace
+    # (or a lost lease) stops that wait as it would have stopped the command.
+    proc, read_end = stalled_run(env)
+    try:
+        wait_until(lambda: history(env, "stalled") and "head" not in child_commands(proc.pid),
+                   what="the command to be done and lockrun to wait for its reader")
+        started = time.monotonic()
+        replaced = run_lockrun(env, "-n", "stalled", "--replace", "--wait", "20", "--", "true")
+        assert replaced.returncode == 0, replaced.stderr
+        assert time.monotonic() - started < 15
+        proc.wait(15)
+    finally:
+        proc.kill()
+        os.close(read_end)
