@@ -197,8 +197,8 @@ def test_a_signal_ends_the_wait_for_a_reader_that_never_reads(env):
 
 def test_a_replace_ends_the_wait_for_a_reader_that_never_reads(env):
     # Waiting for the reader holds the lock, as the command blocked in its write would: a --replace
-    # (or a lost lease) stops that wait as it would have stopped the command.
-    proc, read_end = stalled_run(env)
+    # (or a lost lease) stops that wait as it would have stopped the command: at its next renewal.
+    proc, read_end = stalled_run(env, "--ttl", "3")
     try:
         wait_until(lambda: history(env, "stalled") and "head" not in child_commands(proc.pid),
                    what="the command to be done and lockrun to wait for its reader")

@@ -44,7 +44,7 @@ from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import watch
+from lockrun.run.watch import lease_problem, watch
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
@@ -325,6 +325,8 @@ class Run:
                 on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
             )
             keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
+            # What would have stopped the command also ends the wait for a slow reader (Pump.drain).
+            supervisor.output_abandoned = lambda: keeper.preempted or lease_problem(keeper, time.monotonic()) is not None
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
                          kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
                          warn_after=opts.warn_after, on_slow=self._command_slow)

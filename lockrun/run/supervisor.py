@@ -98,6 +98,8 @@ class Supervisor:
         #: When finish() stops waiting for a destination to take the output (monotonic): the end of
         #: --timeout and its grace, when the command would have been killed. None: no bound.
         self.output_until: float | None = None
+        #: True once the wait for a slow reader must end before that: a --replace, a lost lease.
+        self.output_abandoned: Callable[[], bool] = lambda: False
 
     # -- spawning ---------------------------------------------------------------------
 
@@ -322,7 +324,8 @@ class Supervisor:
         self.leftovers.remove_cgroup()
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
             signals_before = len(self.signals.received)
-            self._pump.drain(self.output_until, lambda: len(self.signals.received) > signals_before)
+            self._pump.drain(self.output_until,
+                             lambda: len(self.signals.received) > signals_before or self.output_abandoned())
         if self._tty_fd is not None:
             with contextlib.suppress(OSError):
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())
