@@ -326,7 +326,8 @@ class Run:
             )
             keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
             # What would have stopped the command also ends the wait for a slow reader (Pump.drain).
-            supervisor.output_abandoned = lambda: keeper.preempted or lease_problem(keeper, time.monotonic()) is not None
+            supervisor.output_abandoned = lambda: (keeper.preempted
+                                                   or lease_problem(keeper, time.monotonic()) is not None)
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
                          kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
                          warn_after=opts.warn_after, on_slow=self._command_slow)
