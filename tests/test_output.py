@@ -244,6 +244,22 @@ def test_a_spool_that_cannot_grow_passes_the_output_through_and_loses_nothing(lo
     assert history(env, "full")[0]["status"] == "failed"
 
 
+def test_held_output_that_cannot_be_written_out_is_said_as_passed_through_output_is(any_env, tmp_path):
+    # Without --output on-failure a full disk under stdout is one line on stderr and a note on the
+    # row (capture.py): written out at the end, the held output must not be dropped silently either.
+    env = on_failure_env(any_env, tmp_path)
+    with open("/dev/full", "wb") as full:
+        for output in ("always", "on-failure"):
+            result = subprocess.run(lockrun_argv("-n", f"full-{output}", "--output", output, "--", "sh", "-c",
+                                                 "echo out; echo err >&2; exit 3"),
+                                    env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            assert result.returncode == 3
+            assert "err\n" in result.stderr, (output, result.stderr)
+            assert "standard output could not be written (No space left on device)" in result.stderr, output
+            note = history(env, f"full-{output}")[0]["note"] or ""
+            assert "standard output could not be written (No space left on device)" in note, (output, note)
+
+
 def test_on_failure_and_capture_tail_together(any_env, tmp_path):
     env = on_failure_env(any_env, tmp_path)
     result = run_lockrun(env, "-n", "both", "--output", "on-failure", "--capture-tail", "1k", "--",
