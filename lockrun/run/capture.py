@@ -142,6 +142,19 @@ def _write_through(fd: int, data: bytes) -> None:
             select.select([], [fd], [], 1.0)
 
 
+def say_lost(target: int, exc: OSError, shared: bool, then: str) -> str:
+    """A destination of the command's output failed (not a reader that went away): one line on
+    lockrun's stderr unless that is what failed, saying ``then`` (what happens to the rest), and the
+    problem returned for the row's note, so that output is never dropped silently."""
+    stream = "standard output and error" if shared else ("standard output" if target == 1 else "standard error")
+    problem = f"the command's {stream} could not be written ({exc.strerror or exc})"
+    if target != 2 and not shared and inherited(2):  # else stderr is what failed, or lockrun has none
+        line = f"lockrun: {problem}; {then}\n"
+        with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
+            _write_through(2, line.encode("utf-8", "backslashreplace"))
+    return problem
+
+
 class Pump:
     """Copies the command's output pipes to lockrun's own descriptors, keeping a tail.
 
@@ -157,6 +170,8 @@ class Pump:
         self.tail = tail
         self.spool = spool  # --output on-failure: chunks are kept there, not written through
         self.writing = False  # in a write to a destination (which may be waiting for its reader)
+        if spool is not None:
+            spool.shared = output_is_shared(self.routes)
         self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
         self._thread.start()
 
@@ -200,15 +215,8 @@ class Pump:
 
     def _say_lost(self, target: int, exc: OSError) -> None:
         """Once per stream (its pipe closes now): the note, and one line on stderr if it works."""
-        shared = output_is_shared(self.routes)
-        stream = "standard output and error" if shared else ("standard output" if target == 1 else "standard error")
-        problem = f"the command's {stream} could not be written ({exc.strerror or exc})"
-        self.tail.lost.append(problem)
-        if target == 2 or shared or not inherited(2):
-            return  # stderr is what failed, or lockrun has none
-        line = f"lockrun: {problem}; its further writes there fail as on a closed pipe\n"
-        with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
-            _write_through(2, line.encode("utf-8", "backslashreplace"))
+        self.tail.lost.append(say_lost(target, exc, output_is_shared(self.routes),
+                                       "its further writes there fail as on a closed pipe"))
 
     def drain(self, until: float | None = None, interrupted: Callable[[], bool] = lambda: False) -> None:
         """Wait for what the command wrote last to be passed on. Waiting for input ends after
@@ -273,6 +281,9 @@ class OutputSpool:
         self._fd: int | None = None
         self._kept = 0  # bytes of whole frames in the file: what a failed write is cut back to
         self.passing_through = False  # the file failed (or could not be made): output goes straight out
+        self.shared = False  # stdout and stderr are one pipe (the pump says so): for what lost says
+        #: Destinations the held output could not be written out to, and why (for the row's note).
+        self.lost: list[str] = []
         try:
             self._fd = _open_spool_file()
         except OSError as exc:
@@ -345,8 +356,10 @@ class OutputSpool:
                     continue
                 try:
                     _write_through(target, chunk)
-                except OSError:
+                except OSError as exc:
                     failed_targets.add(target)
+                    if exc.errno != errno.EPIPE:  # a reader that went away is no news, as in the pump
+                        self.lost.append(say_lost(target, exc, self.shared, "the output held for it is lost"))
         self._empty()
 
     def _empty(self) -> None:

@@ -353,6 +353,8 @@ class Run:
             # The whole group is gone and the pump drained: this attempt's output is all there.
             # (With --retry, each failed attempt settles under a header naming it: capture.py.)
             supervisor.spool.settle(failed=outcome.status != Status.SUCCEEDED)
+            if supervisor.spool.lost:  # held output that could not be written out is on the record too
+                outcome = outcome.noted("; ".join(supervisor.spool.lost))
         return outcome
 
     def _kept_tail(self, outcome: Outcome) -> Outcome:
