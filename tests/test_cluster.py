@@ -229,3 +229,29 @@ def test_retry_attempts_on_a_cluster(cluster_env, tmp_path):
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         rows = hosts.json("app-a", "history", "--fleet", name)
         assert [row["attempt"] for row in rows] == [3, 2, 1]
+
+
+def test_once_every_and_the_skips_list_on_a_cluster(cluster_env, cluster, tmp_path):
+    # Both read keys the scripts derive from a declared one (the name's last, skips): on every master
+    # they must be the name's own slot, or a Cluster refuses the script (CROSSSLOT) or reads nothing.
+    hosts = Hosts(tmp_path, cluster_env["LOCKRUN_REDIS_URL"])
+    names = [f"every-{i}" for i in range(6)]
+    for name in names:
+        work = tmp_path / f"{name}.work"
+        for _ in range(2):
+            done = hosts.run("app-a", "-n", name, "--once-every", "1h", "--", "sh", "-c", f"echo ran >> {work}")
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert work.read_text() == "ran\n"  # the second try found the first's success
+        flag = tmp_path / f"{name}.held"
+        holder = hosts.spawn("app-a", "-n", name, "--", "sh", "-c", f"touch {flag}; sleep 30")
+        try:
+            wait_until(flag.exists, what="the holder")
+            assert hosts.run("app-b", "-n", name, "--", "true").returncode == 75
+        finally:
+            holder.terminate()
+            holder.wait(30)
+    text = hosts.run("app-a", "timeline", "--fleet", "--since", "1h", "--width", "120")
+    assert text.returncode == 0, text.stderr
+    for name in names:  # one duplicate and one busy skip each, placed from its skips list
+        row = next(line for line in text.stdout.splitlines() if line.startswith(name + " ") and "|" in line)
+        assert row.rsplit("|", 1)[1].split()[2] == "2", text.stdout

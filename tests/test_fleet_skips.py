@@ -50,7 +50,8 @@ def test_the_list_is_short_and_foreign_entries_are_left_out(hosts, redis_server)
     client.lpush("lockrun:{job}:skips", "1 busy", "x" * 5000, "99999999999999999999 busy h", "\xff\xfe busy")
     text = hosts.run("app-a", "timeline", "--fleet", "--since", "1h", "--width", "120")
     assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
-    assert figures(text.stdout, "job")[2] == "32", text.stdout
+    # The newest 32 are read (all lockrun keeps): the four foreign ones among them are left out.
+    assert figures(text.stdout, "job")[2] == "28", text.stdout
 
 
 def test_a_skips_key_of_another_type_breaks_neither_runs_nor_reads(hosts, redis_server):
@@ -61,3 +62,24 @@ def test_a_skips_key_of_another_type_breaks_neither_runs_nor_reads(hosts, redis_
     assert client.hget("lockrun:{job}:counts", "busy") == b"1"
     result = hosts.run("app-a", "timeline", "--fleet", "--since", "1h", "--width", "120")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_skip_time_past_the_year_9999_is_left_out_not_an_internal_error(hosts, redis_server):
+    client = redis_server.client()
+    client.lpush("lockrun:{job}:skips", "999999999999999 busy h")  # 15 digits: the year 33658
+    assert hosts.run("app-a", "-n", "job", "--", "true").returncode == 0
+    result = hosts.run("app-a", "timeline", "--fleet", "--since", "1h", "--width", "120")
+    assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr
+    assert figures(result.stdout, "job")[2] == "0", result.stdout
+
+
+def test_only_the_newest_skips_lockrun_keeps_are_read(hosts, redis_server):
+    # A list another writer grew is read no further than the newest SKIPS_KEPT (32) lockrun keeps:
+    # a million entries would otherwise cost seconds and a gigabyte in every timeline --fleet.
+    client = redis_server.client()
+    assert hosts.run("app-a", "-n", "job", "--", "true").returncode == 0
+    now_ms = int(client.time()[0]) * 1000
+    client.lpush("lockrun:{job}:skips", *[f"{now_ms - i} busy h" for i in range(40)])
+    result = hosts.run("app-a", "timeline", "--fleet", "--since", "1h", "--width", "120")
+    assert result.returncode == 0, result.stderr
+    assert figures(result.stdout, "job")[2] == "32", result.stdout

@@ -125,3 +125,26 @@ def test_a_success_in_the_future_counts_as_recent_and_says_so(local_env, tmp_pat
     skipped = run_lockrun(local_env, "-v", "-n", "l", "--once-every", "1h", "--", *counter(tmp_path / "l"))
     assert skipped.returncode == 0 and not (tmp_path / "l").exists()
     assert "in the future: a clock was set back" in skipped.stderr, skipped.stderr
+
+
+@pytest.mark.parametrize("junk", ["inf", "1e300", "9999999999999999999", "253402300800000"])
+def test_a_success_no_clock_could_give_is_foreign_not_an_internal_error(env, redis_server, tmp_path, junk):
+    # A number, but no time lockrun writes (infinite, past the year 9999): the job runs, as for any
+    # success_ms it cannot read, rather than exit 125 on every run until someone deletes the field.
+    assert run_lockrun(env, "-n", "r", "--", "true").returncode == 0
+    redis_server.client().hset("lockrun:{r}:last", "success_ms", junk)
+    done = run_lockrun(env, "-v", "-n", "r", "--once-every", "1h", "--", *counter(tmp_path / "r"))
+    assert done.returncode == 0 and "lockrun failed" not in done.stderr, done.stderr
+    assert (tmp_path / "r").read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("junk", [1e300, 1e18, 9999999999999])
+def test_a_local_success_no_clock_could_give_is_foreign_not_an_internal_error(local_env, tmp_path, junk):
+    assert run_lockrun(local_env, "-n", "l", "--", "true").returncode == 0
+    description = next(Path(local_env["LOCKRUN_STATE_DIR"]).rglob("l.json"))
+    record = json.loads(description.read_text())
+    record["last_success_epoch"] = junk
+    description.write_text(json.dumps(record))
+    done = run_lockrun(local_env, "-v", "-n", "l", "--once-every", "1h", "--", *counter(tmp_path / "l"))
+    assert done.returncode == 0 and "lockrun failed" not in done.stderr, done.stderr
+    assert (tmp_path / "l").read_text() == "ran\n"

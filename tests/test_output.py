@@ -244,6 +244,22 @@ def test_a_spool_that_cannot_grow_passes_the_output_through_and_loses_nothing(lo
     assert history(env, "full")[0]["status"] == "failed"
 
 
+def test_held_output_that_cannot_be_written_out_is_said_as_passed_through_output_is(any_env, tmp_path):
+    # Without --output on-failure a full disk under stdout is one line on stderr and a note on the
+    # row (capture.py): written out at the end, the held output must not be dropped silently either.
+    env = on_failure_env(any_env, tmp_path)
+    with open("/dev/full", "wb") as full:
+        for output in ("always", "on-failure"):
+            result = subprocess.run(lockrun_argv("-n", f"full-{output}", "--output", output, "--", "sh", "-c",
+                                                 "echo out; echo err >&2; exit 3"),
+                                    env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            assert result.returncode == 3
+            assert "err\n" in result.stderr, (output, result.stderr)
+            assert "standard output could not be written (No space left on device)" in result.stderr, output
+            note = history(env, f"full-{output}")[0]["note"] or ""
+            assert "standard output could not be written (No space left on device)" in note, (output, note)
+
+
 def test_on_failure_and_capture_tail_together(any_env, tmp_path):
     env = on_failure_env(any_env, tmp_path)
     result = run_lockrun(env, "-n", "both", "--output", "on-failure", "--capture-tail", "1k", "--",
@@ -264,6 +280,27 @@ def test_output_from_the_config_file(any_env, tmp_path):
     config.write_text('output = "sometimes"\n')
     assert_one_line(run_lockrun(env, "-n", "c", "--", "true"), 78, 'output must be "always" or "on-failure"')
     assert run_lockrun(any_env, "-n", "c", "--output", "sometimes", "--", "true").returncode == 2
+
+
+def test_keep_detached_with_on_failure_is_a_usage_error(local_env):
+    # Held output goes through lockrun's pump, which ends with lockrun: the daemon --keep-detached
+    # means to leave running would die of SIGPIPE at its next write (and lockrun wait for it).
+    result = run_lockrun(local_env, "-n", "x", "--keep-detached", "--output", "on-failure", "--", "true")
+    assert_one_line(result, 2, "--keep-detached and --output on-failure cannot be combined")
+
+
+def test_keep_detached_leaves_the_config_files_on_failure_aside(local_env, tmp_path):
+    config = tmp_path / "chronic.toml"
+    config.write_text('output = "on-failure"\n')
+    env = {**local_env, "LOCKRUN_CONFIG": str(config)}
+    alive = tmp_path / "alive"
+    daemon = f"sleep 1; echo daemon; touch {alive}"
+    result = run_lockrun(env, "-n", "kd", "--keep-detached", "--", "sh", "-c",
+                         f"setsid sh -c '{daemon}' > /dev/null & echo started")
+    assert (result.returncode, result.stdout) == (0, "started\n"), result.stderr  # passed through, not held
+    result = run_lockrun(env, "-n", "kd2", "--keep-detached", "--", "sh", "-c", f"setsid sh -c '{daemon}' &")
+    assert result.returncode == 0, result.stderr
+    wait_until(alive.exists, what="the daemon left running to write and go on")
 
 
 # --- B: --warn-after -----------------------------------------------------------------------------------

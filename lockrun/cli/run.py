@@ -118,7 +118,8 @@ from lockrun.core.errors import UsageError
                    "(config: output_tail = false).")
 @click.option("--output", "output", type=click.Choice(list(values.OUTPUT_MODES)), default=None,
               help="on-failure: keep the command's stdout and stderr in a private temporary file and write them "
-                   "out only when the run did not succeed, as chronic(1) does [default: always; config: output].")
+                   "out only when the run did not succeed, as chronic(1) does; not with --keep-detached "
+                   "[default: always; config: output].")
 @click.option("--warn-after", type=WARN_AFTER, metavar="DURATION",
               help="A command still running after DURATION (1s to 30d: 90, 10m, 2h) is slow: one line on stderr, "
                    "a `slow` webhook (--notify-on), a /log ping, `slow` in status, a note on its row and "

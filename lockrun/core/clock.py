@@ -9,6 +9,11 @@ from datetime import datetime, timedelta, timezone
 
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+#: No time lockrun writes is this late (epoch seconds: about the year 5138). One at or past it,
+#: read back from Redis or disk, is foreign: far enough inside datetime's year 9999 that a year
+#: or more added to it (a next due time) still formats.
+EPOCH_S_LIMIT = 10**11
+
 
 def utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime(ISO_FORMAT)

@@ -29,11 +29,15 @@ import select
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable
 
-# How long the pump may go on after the command's group is gone: the pipes are at EOF then,
-# unless a process that left the group still holds them.
+# How long the pump may wait for more input after the command's group is gone: the pipes are at
+# EOF then, unless a process that left the group still holds them. Time spent waiting for a
+# destination to take output does not count (see Pump.drain).
 PUMP_DRAIN_S = 2.0
+#: How often drain() looks at the pump while it waits.
+PUMP_DRAIN_LOOK_S = 0.05
 
 
 class OutputTail:
@@ -60,8 +64,10 @@ class OutputTail:
         return data.decode("utf-8", "replace")
 
 
-# With two pipes, read at most this much from one before looking at the other: a burst on one
-# stream cannot hold back what the other wrote meanwhile. One pipe has no order to keep.
+# With both pipes ready, read at most this much from each in turn: a burst on one stream cannot
+# hold back what the other wrote meanwhile. One pipe ready alone (one pipe, or a flood on stdout
+# while stderr is quiet: `2>/dev/null`) has no order to keep against the other: a whole pipe's
+# worth then, or the pump costs five times the CPU (docs/operating.md "Output tail").
 PUMP_READ_SIZE = 1024
 PUMP_READ_SIZE_ONE_PIPE = 65536
 
@@ -136,6 +142,19 @@ def _write_through(fd: int, data: bytes) -> None:
             select.select([], [fd], [], 1.0)
 
 
+def say_lost(target: int, exc: OSError, shared: bool, then: str) -> str:
+    """A destination of the command's output failed (not a reader that went away): one line on
+    lockrun's stderr unless that is what failed, saying ``then`` (what happens to the rest), and the
+    problem returned for the row's note, so that output is never dropped silently."""
+    stream = "standard output and error" if shared else ("standard output" if target == 1 else "standard error")
+    problem = f"the command's {stream} could not be written ({exc.strerror or exc})"
+    if target != 2 and not shared and inherited(2):  # else stderr is what failed, or lockrun has none
+        line = f"lockrun: {problem}; {then}\n"
+        with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
+            _write_through(2, line.encode("utf-8", "backslashreplace"))
+    return problem
+
+
 class Pump:
     """Copies the command's output pipes to lockrun's own descriptors, keeping a tail.
 
@@ -150,6 +169,9 @@ class Pump:
         self.routes = dict(routes)  # pipe read end -> lockrun's descriptor
         self.tail = tail
         self.spool = spool  # --output on-failure: chunks are kept there, not written through
+        self.writing = False  # in a write to a destination (which may be waiting for its reader)
+        if spool is not None:
+            spool.shared = output_is_shared(self.routes)
         self._thread = threading.Thread(target=self._run, name="lockrun-pump", daemon=True)
         self._thread.start()
 
@@ -158,10 +180,11 @@ class Pump:
         for source in self.routes:
             poller.register(source, select.POLLIN)
         open_sources = dict(self.routes)
-        read_size = PUMP_READ_SIZE_ONE_PIPE if len(open_sources) == 1 else PUMP_READ_SIZE
         try:
             while open_sources:
-                for source, _events in poller.poll():
+                ready = poller.poll()
+                read_size = PUMP_READ_SIZE_ONE_PIPE if len(ready) == 1 else PUMP_READ_SIZE
+                for source, _events in ready:
                     target = open_sources.get(source)
                     if target is None:
                         continue
@@ -173,6 +196,7 @@ class Pump:
                         self.tail.feed(chunk)
                         if self.spool is not None and self.spool.keep(target, chunk):
                             continue
+                        self.writing = True
                         try:
                             _write_through(target, chunk)
                             continue
@@ -180,6 +204,8 @@ class Pump:
                             if exc.errno != errno.EPIPE:  # a reader that went away is no news
                                 self._say_lost(target, exc)
                             # our own output is gone: let the command find out, as on a closed pipe
+                        finally:
+                            self.writing = False
                     poller.unregister(source)
                     del open_sources[source]
                     os.close(source)
@@ -189,19 +215,23 @@ class Pump:
 
     def _say_lost(self, target: int, exc: OSError) -> None:
         """Once per stream (its pipe closes now): the note, and one line on stderr if it works."""
-        shared = output_is_shared(self.routes)
-        stream = "standard output and error" if shared else ("standard output" if target == 1 else "standard error")
-        problem = f"the command's {stream} could not be written ({exc.strerror or exc})"
-        self.tail.lost.append(problem)
-        if target == 2 or shared or not inherited(2):
-            return  # stderr is what failed, or lockrun has none
-        line = f"lockrun: {problem}; its further writes there fail as on a closed pipe\n"
-        with contextlib.suppress(OSError):  # stderr failed too: the ledger note remains
-            _write_through(2, line.encode("utf-8", "backslashreplace"))
+        self.tail.lost.append(say_lost(target, exc, output_is_shared(self.routes),
+                                       "its further writes there fail as on a closed pipe"))
 
-    def drain(self) -> None:
-        """Wait for what the command wrote last (at most PUMP_DRAIN_S)."""
-        self._thread.join(PUMP_DRAIN_S)
+    def drain(self, until: float | None = None, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Wait for what the command wrote last to be passed on. Waiting for input ends after
+        PUMP_DRAIN_S (only a process that left the group can still hold the pipes); waiting for a
+        destination to take it (a reader that starts late: cron's mailer, an ssh) goes on, as the
+        command itself would have waited, until ``until`` (monotonic; the run's --timeout, after
+        which the command would have been killed) or ``interrupted()`` (a signal to lockrun)."""
+        idle_until = time.monotonic() + PUMP_DRAIN_S
+        while self._thread.is_alive():
+            self._thread.join(PUMP_DRAIN_LOOK_S)
+            now = time.monotonic()
+            if self.writing:
+                idle_until = now + PUMP_DRAIN_S
+            if now >= idle_until or (until is not None and now >= until) or interrupted():
+                return
 
 
 # --- --output on-failure (chronic(1)) ------------------------------------------------------------
@@ -251,6 +281,9 @@ class OutputSpool:
         self._fd: int | None = None
         self._kept = 0  # bytes of whole frames in the file: what a failed write is cut back to
         self.passing_through = False  # the file failed (or could not be made): output goes straight out
+        self.shared = False  # stdout and stderr are one pipe (the pump says so): for what lost says
+        #: Destinations the held output could not be written out to, and why (for the row's note).
+        self.lost: list[str] = []
         try:
             self._fd = _open_spool_file()
         except OSError as exc:
@@ -323,8 +356,10 @@ class OutputSpool:
                     continue
                 try:
                     _write_through(target, chunk)
-                except OSError:
+                except OSError as exc:
                     failed_targets.add(target)
+                    if exc.errno != errno.EPIPE:  # a reader that went away is no news, as in the pump
+                        self.lost.append(say_lost(target, exc, self.shared, "the output held for it is lost"))
         self._empty()
 
     def _empty(self) -> None:

@@ -84,6 +84,11 @@ def check_combinations(flags: RunFlags) -> None:
         raise UsageError("--every and --schedule cannot be combined: declare one cadence")
     if flags.grace is not None and flags.every is None and flags.schedule is None:
         raise UsageError("--grace widens a declared cadence: give --every or --schedule with it")
+    if flags.keep_detached and flags.output == "on-failure":
+        # Held output goes through lockrun's pump, which ends with lockrun: the daemon left running
+        # would die of SIGPIPE at its next write (docs/operating.md "Output").
+        raise UsageError("--keep-detached and --output on-failure cannot be combined: what the command leaves"
+                         " running would write into lockrun's pump, which ends with lockrun; pick one")
     if flags.once is not None and flags.once_per is not None:
         raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
                          " start as the key; pick one")
@@ -128,7 +133,9 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         remember=flags.remember,
         capture_tail=flags.capture_tail,
         failure_tail=failure_tail_for(flags, resolved),
-        output_on_failure=(flags.output or resolved.output) == "on-failure",
+        # The config file's default does not hold under --keep-detached (its daemon would write into
+        # the pump), as the default tail does not: output then passes through untouched.
+        output_on_failure=(flags.output or ("always" if flags.keep_detached else resolved.output)) == "on-failure",
         warn_after=flags.warn_after,
         syslog=flags.syslog or resolved.syslog,
         notify_urls=tuple(flags.notify_urls) or resolved.notify_urls,

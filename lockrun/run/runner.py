@@ -54,7 +54,7 @@ from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import watch
+from lockrun.run.watch import lease_problem, watch
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
@@ -510,6 +510,8 @@ class Run:
         self.journal.say_problem(command_runs=True)
         try:
             started_mono, started_wall = time.monotonic(), utc_now_iso()
+            if opts.timeout:  # the command would have been killed there, however slow its reader
+                supervisor.output_until = started_mono + opts.timeout + opts.kill_after
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             if backstop is not None:
@@ -524,6 +526,9 @@ class Run:
             if self.delivery is not None and attempt == 1:  # one start ping for the whole run
                 self.delivery.command_started()
             keeper = self._keeper(backend, lease, supervisor.signals, backstop, child_pid=lambda: child_pid)
+            # What would have stopped the command also ends the wait for a slow reader (Pump.drain).
+            supervisor.output_abandoned = lambda: (keeper.preempted
+                                                   or lease_problem(keeper, time.monotonic()) is not None)
             stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
                          kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
                          warn_after=opts.warn_after, on_slow=self._command_slow)
@@ -554,6 +559,8 @@ class Run:
             header = (f"lockrun: attempt {attempt} of {opts.retry + 1} of {opts.name!r}: {outcome.status}"
                       f" (exit {outcome.exit_code})") if opts.retry and failed else None
             supervisor.spool.settle(failed=failed, header=header)
+            if supervisor.spool.lost:  # held output that could not be written out is on the record too
+                outcome = outcome.noted("; ".join(supervisor.spool.lost))
         return outcome, renewed
 
     def _kept_tail(self, outcome: Outcome) -> Outcome:

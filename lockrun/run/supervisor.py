@@ -98,6 +98,11 @@ class Supervisor:
         self._subreaper = False
         self.leftovers = Leftovers(self.watchdog, clock)  # what leaves the command's group, and orphans
         self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
+        #: When finish() stops waiting for a destination to take the output (monotonic): the end of
+        #: --timeout and its grace, when the command would have been killed. None: no bound.
+        self.output_until: float | None = None
+        #: True once the wait for a slow reader must end before that: a --replace, a lost lease.
+        self.output_abandoned: Callable[[], bool] = lambda: False
 
     # -- spawning ---------------------------------------------------------------------
 
@@ -321,7 +326,9 @@ class Supervisor:
             time.sleep(FINAL_SWEEP_S)
         self.leftovers.remove_cgroup()
         if self._pump is not None:  # the whole group is gone: what it wrote last is on its way
-            self._pump.drain()
+            signals_before = len(self.signals.received)
+            self._pump.drain(self.output_until,
+                             lambda: len(self.signals.received) > signals_before or self.output_abandoned())
         if self._tty_fd is not None:
             with contextlib.suppress(OSError):
                 os.tcsetpgrp(self._tty_fd, os.getpgrp())

@@ -198,9 +198,10 @@ class Judge:
         return {**entry.row, "status": Status.RUNNING if run_id in self._holding[name] else Status.ABANDONED}
 
 
-#: What a ``skips`` entry says: the server's ms, the status, the host (maybe empty).
-_SKIP_ENTRY = re.compile(r"(\d{1,15}) ([a-z_]{1,32}) ?(.{0,255})", re.DOTALL)
-#: The statuses a ``skips`` list may hold (busy, duplicate, paused skips) (others, written by no lockrun, are left out).
+#: What a ``skips`` entry says: the server's ms (14 digits at most: before EPOCH_S_LIMIT, so a
+#: time datetime can show), the status, the host (maybe empty).
+_SKIP_ENTRY = re.compile(r"(\d{1,14}) ([a-z_]{1,32}) ?(.{0,255})", re.DOTALL)
+#: The statuses a ``skips`` list may hold (busy, duplicate, paused skips; others, written by no lockrun, are left out).
 SKIP_STATUSES = frozenset({Status.BUSY.value, Status.DUPLICATE.value, Status.PAUSED.value})
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from lockrun.backends.local.files import LockFiles
 from lockrun.backends.values import Holder, OnceKey
-from lockrun.core.clock import utc_now_iso
+from lockrun.core.clock import EPOCH_S_LIMIT, utc_now_iso
 from lockrun.core.errors import BackendUnavailable, ForeignData
 from lockrun.core.zones import MAX_ZONE_NAME, canonical, recorded_zone, shown_record
 from lockrun.system.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically
@@ -63,9 +63,11 @@ SUCCESS_FIELD = "last_success_epoch"
 
 
 def last_success_at(record: Description) -> float | None:
-    """When the name's last success started, or None when the description carries no finite
-    number there (read back defensively: any JSON may be in the file)."""
-    return finite(record.get(SUCCESS_FIELD))
+    """When the name's last success started, or None when the description carries no time a
+    clock could give there (read back defensively: any JSON may be in the file; a number past
+    EPOCH_S_LIMIT is foreign, as the Redis acquire script judges it)."""
+    at = finite(record.get(SUCCESS_FIELD))
+    return at if at is not None and 0 <= at < EPOCH_S_LIMIT else None
 
 
 def cooling(name: str, info: Description) -> Holder | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import redis
 
 from lockrun.backends.redis.keys import SCAN_BATCH, lock_keys
-from lockrun.backends.redis.record_format import decode_event, decode_open, is_compact, vals_by_number
+from lockrun.backends.redis.record_format import SKIPS_KEPT, decode_event, decode_open, is_compact, vals_by_number
 from lockrun.backends.redis.registry import NameRegistry
 from lockrun.backends.redis.replies import pairs, text
 from lockrun.backends.values import FleetEvent as Event
@@ -189,8 +189,10 @@ class RedisFleetRecord:
         return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, dict) and reply}
 
     def skips(self, names: list[str]) -> dict[str, list[object]]:
-        """The ``skips`` list of each name that has one, raw, newest first (views/fleet.py reads it)."""
-        replies = self._pipelined(names, lambda pipe, name: pipe.lrange(lock_keys(self._prefix, name).skips, 0, -1))
+        """The ``skips`` list of each name that has one, raw, newest first (views/fleet.py reads it):
+        the newest SKIPS_KEPT only, all lockrun keeps, however long another writer made the list."""
+        replies = self._pipelined(
+            names, lambda pipe, name: pipe.lrange(lock_keys(self._prefix, name).skips, 0, SKIPS_KEPT - 1))
         return {name: reply for name, reply in zip(names, replies, strict=True) if isinstance(reply, list) and reply}
 
     def find_run(self, names: list[str], run_id_prefix: str) -> list[tuple[str, list[Event], dict[object, object]]]:

@@ -78,7 +78,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local every = tonumber(ARGV[9]) or 0
   if every > 0 then
     local success = redis.pcall('HGET', string.sub(KEYS[6], 1, -5) .. 'last', 'success_ms')
-    local success_ms = type(success) == 'string' and tonumber(success) or nil
+    -- only what the release script writes counts: whole ms, at most 14 digits (EPOCH_S_LIMIT);
+    -- 'inf', '1e300' or a time past the year 9999 is foreign, as unreadable as 'abc': the job runs
+    local success_ms = type(success) == 'string' and #success <= 14 and string.match(success, '^%d+$')
+      and tonumber(success) or nil
     local now_ms = fleet_now()
     if success_ms and now_ms - success_ms < every then
       redis.call('DEL', KEYS[1])
