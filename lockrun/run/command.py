@@ -193,7 +193,9 @@ def failure_tail_for(flags: RunFlags, resolved: settings.Settings) -> int | None
 def declared_cadence(flags: RunFlags, resolved: settings.Settings) -> str | None:
     """The run's declaration as stored (core/cadence), or None: --every, or --schedule in the zone
     --once would use (--tz, the config's timezone, else this host's local zone)."""
-    from lockrun.core.cadence import Cadence
+    if flags.every is None and flags.schedule is None:
+        return None
+    from lockrun.core.cadence import Cadence  # only runs that declare one import it
     from lockrun.core.defaults import DEFAULT_GRACE_S
 
     grace = flags.grace if flags.grace is not None else DEFAULT_GRACE_S
