@@ -158,19 +158,29 @@ class RunJournal:
         if ledger is None or self.command_started_wall is None:
             return
         started_at, waited_s = self.command_started_wall, self.waited_s
+        # No thread for it: the final row carries the fencing token all the same.
+        self._write_aside(lambda: ledger.record_command_start(self.run.run_id, fencing_token=fencing_token,
+                                                              started_at=started_at, waited_s=waited_s))
 
-        def write() -> None:
+    def _write_aside(self, write: Callable[[], object]) -> None:
+        """Run one ledger write in a thread of its own, after the one before it (one connection,
+        one writer at a time); finish() waits for the last. A write that fails is a warning; a
+        thread that cannot start leaves the write to the final row."""
+        before = self._command_start_noted
+
+        def run() -> None:
+            if before is not None:
+                before.join()
             try:
-                ledger.record_command_start(self.run.run_id, fencing_token=fencing_token, started_at=started_at,
-                                            waited_s=waited_s)
+                write()
             except WRITE_ERRORS as exc:
                 self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
 
-        noting = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
+        noting = threading.Thread(target=run, name="lockrun-ledger", daemon=True)
         try:
             noting.start()
         except RuntimeError:
-            return  # no thread for it: the final row carries the fencing token all the same
+            return
         self._command_start_noted = noting
 
     def command_slow(self, note: str) -> None:
@@ -180,22 +190,8 @@ class RunJournal:
         if ledger is None:
             return
         slow_at = utc_now_iso()
-        before = self._command_start_noted
-
-        def write() -> None:
-            if before is not None:
-                before.join()  # one connection, one writer at a time
-            try:
-                ledger.record_slow(self.run.run_id, slow_at=slow_at, note=note)
-            except WRITE_ERRORS as exc:
-                self.report("warn", f"cannot write to the run ledger ({exc}); the command runs regardless")
-
-        noting = threading.Thread(target=write, name="lockrun-ledger", daemon=True)
-        try:
-            noting.start()
-        except RuntimeError:
-            return  # no thread for it: the final row's note says it all the same
-        self._command_start_noted = noting  # finish() waits for the last of them
+        # No thread for it: the final row's note says it all the same.
+        self._write_aside(lambda: ledger.record_slow(self.run.run_id, slow_at=slow_at, note=note))
 
     def finish(self, outcome: Outcome) -> None:
         """The final row; then, now and then, a prune, and the metrics file."""
