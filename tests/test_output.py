@@ -417,3 +417,19 @@ def test_the_spool_settles_attempt_by_attempt_under_headers(tmp_path):
     assert result.stdout == "first out\nunsettled\n"
     assert result.stderr == "lockrun: attempt 1 failed\nfirst err\n"
     assert os.listdir(tmp_path) == []
+
+
+def test_retry_with_output_on_failure_prints_nothing_when_a_later_attempt_succeeds(any_env, tmp_path):
+    # Contract: written out only when the run did not succeed; with --retry, each failed attempt's
+    # output under a one-line header (docs/operating.md "Output").
+    counter = tmp_path / "n"
+    script = (f'n=$(cat "{counter}" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{counter}"; '
+              'echo "out $n"; echo "err $n" >&2; [ $n -ge 2 ]')
+    rescued = run_lockrun(any_env, "-n", "later", "--retry", "2", "--retry-delay", "0", "--output", "on-failure",
+                          "--", "sh", "-c", script)
+    assert (rescued.returncode, rescued.stdout, rescued.stderr) == (0, "", "")
+    failing = run_lockrun(any_env, "-n", "never", "--retry", "1", "--retry-delay", "0", "--output", "on-failure",
+                          "--", "sh", "-c", "echo out; echo err >&2; exit 4")
+    assert failing.returncode == 4 and failing.stdout == "out\nout\n", failing.stdout
+    assert failing.stderr == ("lockrun: attempt 1 of 2 of 'never': failed (exit 4)\nerr\n"
+                              "lockrun: attempt 2 of 2 of 'never': failed (exit 4)\nerr\n"), failing.stderr

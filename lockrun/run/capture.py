@@ -262,13 +262,15 @@ def _open_spool_file() -> int:
 
 class OutputSpool:
     """``--output on-failure``: the command's stdout and stderr kept, in the order lockrun read them,
-    in a private file, and written out only for a run (or, with --retry, an attempt) that did not
-    succeed (docs/operating.md "Output").
+    in a private file, and written out only for a run that did not succeed (docs/operating.md
+    "Output"): with --retry, each failed attempt's output under a one-line header, and nothing at
+    all when a later attempt succeeds.
 
-    The pump (its own thread) calls :meth:`keep` for each chunk; the run loop calls :meth:`settle`
-    once the command's whole group is gone and the pump has drained: ``settle(failed=True)``
-    writes out what was kept (under ``header`` if given), ``settle(failed=False)`` drops it, and
-    either way the file is empty again for the next attempt.
+    The pump (its own thread) calls :meth:`keep` for each chunk; once the command's whole group is
+    gone and the pump has drained, the run loop calls :meth:`mark_attempt` for a failed --retry
+    attempt (its output stays kept, under its header), and :meth:`settle` when the run is over:
+    ``settle(failed=True)`` writes out what was kept, ``settle(failed=False)`` drops it, and either
+    way the file is empty again.
 
     Nothing is lost: when the file cannot be written (a full disk, a file size limit), what it
     holds is written out at once, in order, and from then on output passes through as it comes;
@@ -280,6 +282,8 @@ class OutputSpool:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._kept = 0  # bytes of whole frames in the file: what a failed write is cut back to
+        self._attempt_start = 0  # where the current --retry attempt's frames begin
+        self._headers: list[tuple[int, bytes]] = []  # (frame offset, header line) of failed attempts
         self.passing_through = False  # the file failed (or could not be made): output goes straight out
         self.shared = False  # stdout and stderr are one pipe (the pump says so): for what lost says
         #: Destinations the held output could not be written out to, and why (for the row's note).
@@ -307,18 +311,28 @@ class OutputSpool:
             self._kept += _FRAME.size + len(chunk)
             return True
 
+    def mark_attempt(self, header: str) -> None:
+        """A --retry attempt failed (its output drained): keep its output, to be written out under
+        the one-line ``header`` (on stderr) if the run ends without a success. An attempt that
+        printed nothing gets no header either."""
+        with self._lock:
+            self._mark(header)
+
     def settle(self, failed: bool, header: str | None = None) -> None:
-        """The attempt is over (its output drained): write out what was kept if it ``failed``, under
-        the one-line ``header`` (on stderr; with --retry, which attempt it was), else drop it."""
+        """The run is over (its output drained): write out what was kept if it ``failed`` (the last
+        attempt under ``header``, if given), else drop it."""
         with self._lock:
             if not failed:
                 self._empty()
                 return
-            if header is not None and self._kept:  # an attempt that printed nothing gets no header either
-                target = 2 if inherited(2) else 1
-                with contextlib.suppress(OSError):
-                    _write_through(target, header.rstrip("\n").encode("utf-8", "backslashreplace") + b"\n")
+            if header is not None:
+                self._mark(header)
             self._replay()
+
+    def _mark(self, header: str) -> None:
+        if self._kept > self._attempt_start:
+            self._headers.append((self._attempt_start, header.rstrip("\n").encode("utf-8", "backslashreplace") + b"\n"))
+        self._attempt_start = self._kept
 
     def close(self) -> None:
         """Done with the file; output no attempt settled (lockrun failed mid-run) is written out."""
@@ -336,8 +350,11 @@ class OutputSpool:
         if self._fd is None:
             return
         failed_targets: set[int] = set()
+        headers = list(self._headers)
+        header_target = 2 if inherited(2) else 1
         pending = b""
         offset = 0
+        position = 0  # the file offset of the frame at the head of ``pending``
         while offset < self._kept:
             try:
                 data = os.pread(self._fd, min(_REPLAY_READ, self._kept - offset), offset)
@@ -352,6 +369,10 @@ class OutputSpool:
                 if len(pending) < _FRAME.size + length:
                     break
                 chunk, pending = pending[_FRAME.size:_FRAME.size + length], pending[_FRAME.size + length:]
+                while headers and headers[0][0] <= position:  # a failed attempt's output begins here
+                    with contextlib.suppress(OSError):
+                        _write_through(header_target, headers.pop(0)[1])
+                position += _FRAME.size + length
                 if target in failed_targets:
                     continue
                 try:
@@ -369,6 +390,8 @@ class OutputSpool:
                 os.ftruncate(self._fd, 0)
                 os.lseek(self._fd, 0, os.SEEK_SET)
         self._kept = 0
+        self._attempt_start = 0
+        self._headers = []
 
     def _give_up(self, why: str) -> None:
         self.passing_through = True

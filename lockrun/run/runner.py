@@ -58,6 +58,7 @@ from lockrun.run.watch import lease_problem, watch
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
+    from lockrun.run.capture import OutputSpool
     from lockrun.run.notify import Delivery
     from lockrun.run.retry import PauseEnd
     from lockrun.run.signals import SignalRelay
@@ -307,6 +308,8 @@ class Run:
         finally:
             if backstop is not None:
                 backstop.disarm()
+        if self._spool is not None and opts.retry:  # the failed attempts' output, each under its line
+            outcome = self._settled(self._spool, outcome)
         self.journal.mark_ended()
         hold_s = 0.0
         if opts.min_hold and not outcome.lease_lost:
@@ -554,14 +557,22 @@ class Run:
         outcome = self._kept_tail(outcome)
         if supervisor.spool is not None:
             # The whole group is gone and the pump drained: this attempt's output is all there.
-            # Under --retry each failed attempt's output is written out under a line naming it.
             failed = outcome.status != Status.SUCCEEDED
-            header = (f"lockrun: attempt {attempt} of {opts.retry + 1} of {opts.name!r}: {outcome.status}"
-                      f" (exit {outcome.exit_code})") if opts.retry and failed else None
-            supervisor.spool.settle(failed=failed, header=header)
-            if supervisor.spool.lost:  # held output that could not be written out is on the record too
-                outcome = outcome.noted("; ".join(supervisor.spool.lost))
+            if opts.retry and failed:
+                # Kept under a line naming the attempt: written out if no later attempt succeeds
+                # (_locked_run settles the spool when the attempts are over).
+                supervisor.spool.mark_attempt(f"lockrun: attempt {attempt} of {opts.retry + 1} of {opts.name!r}:"
+                                              f" {outcome.status} (exit {outcome.exit_code})")
+            else:
+                outcome = self._settled(supervisor.spool, outcome)
         return outcome, renewed
+
+    @staticmethod
+    def _settled(spool: OutputSpool, outcome: Outcome) -> Outcome:
+        """--output on-failure at the run's end: the held output written out if the run did not
+        succeed, else dropped; output that could not be written out is on the row too."""
+        spool.settle(failed=outcome.status != Status.SUCCEEDED)
+        return outcome.noted("; ".join(spool.lost)) if spool.lost else outcome
 
     def _kept_tail(self, outcome: Outcome) -> Outcome:
         """The tail the run keeps: all of --capture-tail's, everywhere it goes; without it, a failed
