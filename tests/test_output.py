@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
@@ -293,12 +294,19 @@ def test_keep_detached_leaves_the_config_files_on_failure_aside(local_env, tmp_p
     config = tmp_path / "chronic.toml"
     config.write_text('output = "on-failure"\n')
     env = {**local_env, "LOCKRUN_CONFIG": str(config)}
-    alive = tmp_path / "alive"
-    daemon = f"sleep 1; echo daemon; touch {alive}"
+    alive, left = tmp_path / "alive", tmp_path / "left"
+
+    def daemon(alive_file: Path) -> str:
+        # The command waits until the daemon has left its group (setsid ran): one still in it when
+        # the command ends is the command's, and goes with it, --keep-detached or not.
+        return (f"setsid sh -c 'touch {left}; sleep 1; echo daemon; touch {alive_file}' {{}} & "
+                f"until [ -e {left} ]; do sleep 0.01; done")
+
     result = run_lockrun(env, "-n", "kd", "--keep-detached", "--", "sh", "-c",
-                         f"setsid sh -c '{daemon}' > /dev/null & echo started")
+                         daemon(tmp_path / "first").format("> /dev/null") + "; echo started")
     assert (result.returncode, result.stdout) == (0, "started\n"), result.stderr  # passed through, not held
-    result = run_lockrun(env, "-n", "kd2", "--keep-detached", "--", "sh", "-c", f"setsid sh -c '{daemon}' &")
+    left.unlink()
+    result = run_lockrun(env, "-n", "kd2", "--keep-detached", "--", "sh", "-c", daemon(alive).format(""))
     assert result.returncode == 0, result.stderr
     wait_until(alive.exists, what="the daemon left running to write and go on")
 
