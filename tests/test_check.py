@@ -122,3 +122,26 @@ def test_a_run_past_its_warn_after_is_a_warning(any_env):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_foreign_names_never_break_the_plugin_output(env, redis_server):
+    # Names registered by something other than lockrun may hold what lockrun's own never do: a
+    # `|` (Nagios reads perfdata after the first one on any line), `=` and `'` (not allowed in a
+    # perfdata label, quoted or not), a newline (one more line of plugin output).
+    client = redis_server.client()
+    odd = ["it's a|b=c", "nl\nname"]
+    for name in odd:
+        client.zadd("lockrun:names", {name: 1})
+        client.set(f"lockrun:{{{name}}}:paused", "not a hash")  # a malformed pause: WARNING
+    assert run_lockrun(env, "-n", "plain", "--", "true").returncode == 0
+    client.hset("lockrun:{it's a|b=c}:last", mapping=client.hgetall("lockrun:{plain}:last"))
+    result = run_lockrun(env, "check")
+    assert result.returncode == 1, result
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + len(odd), lines  # the first line, and one per name that is not OK
+    assert lines[0].count("|") == 1 and all("|" not in line for line in lines[1:]), lines
+    labels = [part.rsplit("=", 1)[0] for part in lines[0].split("|", 1)[1].split()]
+    assert len(labels) == 2, lines[0]  # its, plain
+    for label in labels:
+        inner = label[1:-1] if label.startswith("'") and label.endswith("'") else label
+        assert "=" not in inner and "'" not in inner and " " not in inner.strip("'"), label
