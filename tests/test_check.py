@@ -127,7 +127,7 @@ def test_a_run_past_its_warn_after_is_a_warning(any_env):
 def test_foreign_names_never_break_the_plugin_output(env, redis_server):
     # Names registered by something other than lockrun may hold what lockrun's own never do: a
     # `|` (Nagios reads perfdata after the first one on any line), `=` and `'` (not allowed in a
-    # perfdata label, quoted or not), a newline (one more line of plugin output).
+    # perfdata label, quoted or not; a space needs the quotes), a newline (one more line of output).
     client = redis_server.client()
     odd = ["it's a|b=c", "nl\nname"]
     for name in odd:
@@ -140,8 +140,7 @@ def test_foreign_names_never_break_the_plugin_output(env, redis_server):
     lines = result.stdout.splitlines()
     assert len(lines) == 1 + len(odd), lines  # the first line, and one per name that is not OK
     assert lines[0].count("|") == 1 and all("|" not in line for line in lines[1:]), lines
-    labels = [part.rsplit("=", 1)[0] for part in lines[0].split("|", 1)[1].split()]
-    assert len(labels) == 2, lines[0]  # its, plain
-    for label in labels:
-        inner = label[1:-1] if label.startswith("'") and label.endswith("'") else label
-        assert "=" not in inner and "'" not in inner and " " not in inner.strip("'"), label
+    perf = lines[0].split("|", 1)[1]
+    labels = re.findall(r"('[^']*'|[^\s=']+)=\d+s", perf)
+    assert len(labels) == 2 and re.sub(r"('[^']*'|[^\s=']+)=\d+s", "", perf).strip() == "", perf
+    assert labels[0] == "'its a_b_c_age'" and labels[1] == "plain_age", labels
