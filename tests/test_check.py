@@ -144,3 +144,16 @@ def test_foreign_names_never_break_the_plugin_output(env, redis_server):
     labels = re.findall(r"('[^']*'|[^\s=']+)=\d+s", perf)
     assert len(labels) == 2 and re.sub(r"('[^']*'|[^\s=']+)=\d+s", "", perf).strip() == "", perf
     assert labels[0] == "'its a_b_c_age'" and labels[1] == "plain_age", labels
+
+
+def test_a_paused_overdue_name_gives_no_critical_threshold_it_is_past(any_env):
+    # A paused name is OK whatever its age: a `;;C` it is past would make a perfdata reader (a
+    # graph's threshold line, an Icinga metric check) call CRITICAL what the plugin says is OK.
+    assert run_lockrun(any_env, "-n", "nightly", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "pause", "nightly", "--for", "1h").returncode == 0
+    wait_until(lambda: "nightly_age=2s" in check(any_env, "nightly")[1] or
+               "nightly_age=3s" in check(any_env, "nightly")[1], what="the name's age past its cadence")
+    code, first, _ = check(any_env, "nightly")
+    assert code == 0 and re.search(r"nightly_age=\d+s( |$)", first), first
+    report = json.loads(run_lockrun(any_env, "check", "--json", "nightly").stdout)
+    assert report["names"][0]["critical_age_s"] is None and report["names"][0]["age_s"] >= 2
