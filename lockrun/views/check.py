@@ -169,8 +169,8 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
     critical_age = _critical_age(cadence, max_age_s)
     since = _since(age, success_host)
     pause = first["paused"]
-    if pause and not pause.get("problem"):
-        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, critical_age, success_at,
+    if pause and not pause.get("problem"):  # OK at any age: no threshold a perfdata reader would see it past
+        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, None, success_at,
                          tuple(entries))
     critical: list[str] = []
     warning: list[str] = []
