@@ -4,9 +4,11 @@ processes: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, one first line with perf
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
-from tests.conftest import run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
 PERFDATA = re.compile(r"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| ('?[^=' ]+'?=\d+s(;;\d+)?)( |$)+)?$")
 
@@ -158,3 +160,24 @@ def test_a_paused_overdue_name_gives_no_critical_threshold_it_is_past(any_env):
     code, first, _ = check(any_env, "nightly")
     assert code == 0 and re.search(r"nightly_age=\d+s( |$)", first), first
     assert report()["names"][0]["critical_age_s"] is None
+
+
+def test_the_plugin_state_survives_an_output_that_cannot_be_written(any_env):
+    # A plugin's answer is its exit code: a reader that went away early (`lockrun check | head -1`
+    # under pipefail) must still get CRITICAL, not the 0 of a quiet stop; output that cannot be
+    # written at all (a full disk) is UNKNOWN, never WARNING's 1.
+    assert run_lockrun(any_env, "-n", "job", "--", "false").returncode == 1
+    assert run_lockrun(any_env, "check").returncode == 2
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before lockrun writes a byte: its first write fails with EPIPE
+    try:
+        closed = subprocess.run(lockrun_argv("check"), env=any_env, stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert closed.returncode == 2 and closed.stderr == "", closed
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(lockrun_argv("check"), env=any_env, stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=60)
+    assert result.returncode == 3, result
+    assert result.stderr.startswith("lockrun: cannot write to standard output") and result.stderr.count("\n") == 1
