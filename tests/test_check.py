@@ -4,9 +4,11 @@ processes: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, one first line with perf
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
-from tests.conftest import run_lockrun, spawn_lockrun, wait_until
+from tests.conftest import lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
 PERFDATA = re.compile(r"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| ('?[^=' ]+'?=\d+s(;;\d+)?)( |$)+)?$")
 
@@ -122,3 +124,60 @@ def test_a_run_past_its_warn_after_is_a_warning(any_env):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_foreign_names_never_break_the_plugin_output(env, redis_server):
+    # Names registered by something other than lockrun may hold what lockrun's own never do: a
+    # `|` (Nagios reads perfdata after the first one on any line), `=` and `'` (not allowed in a
+    # perfdata label, quoted or not; a space needs the quotes), a newline (one more line of output).
+    client = redis_server.client()
+    odd = ["it's a|b=c", "nl\nname"]
+    for name in odd:
+        client.zadd("lockrun:names", {name: 1})
+        client.set(f"lockrun:{{{name}}}:paused", "not a hash")  # a malformed pause: WARNING
+    assert run_lockrun(env, "-n", "plain", "--", "true").returncode == 0
+    client.hset("lockrun:{it's a|b=c}:last", mapping=client.hgetall("lockrun:{plain}:last"))
+    result = run_lockrun(env, "check")
+    assert result.returncode == 1, result
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + len(odd), lines  # the first line, and one per name that is not OK
+    assert lines[0].count("|") == 1 and all("|" not in line for line in lines[1:]), lines
+    perf = lines[0].split("|", 1)[1]
+    labels = re.findall(r"('[^']*'|[^\s=']+)=\d+s", perf)
+    assert len(labels) == 2 and re.sub(r"('[^']*'|[^\s=']+)=\d+s", "", perf).strip() == "", perf
+    assert labels[0] == "'its a_b_c_age'" and labels[1] == "plain_age", labels
+
+
+def test_a_paused_overdue_name_gives_no_critical_threshold_it_is_past(any_env):
+    # A paused name is OK whatever its age: a `;;C` it is past would make a perfdata reader (a
+    # graph's threshold line, an Icinga metric check) call CRITICAL what the plugin says is OK.
+    assert run_lockrun(any_env, "-n", "nightly", "--every", "1", "--grace", "0", "--", "true").returncode == 0
+    assert run_lockrun(any_env, "pause", "nightly", "--for", "1h").returncode == 0
+    def report():
+        return json.loads(run_lockrun(any_env, "check", "--json", "nightly").stdout)
+
+    wait_until(lambda: report()["names"][0]["age_s"] >= 2.5, what="the name's age past its cadence")
+    code, first, _ = check(any_env, "nightly")
+    assert code == 0 and re.search(r"nightly_age=\d+s( |$)", first), first
+    assert report()["names"][0]["critical_age_s"] is None
+
+
+def test_the_plugin_state_survives_an_output_that_cannot_be_written(any_env):
+    # A plugin's answer is its exit code: a reader that went away early (`lockrun check | head -1`
+    # under pipefail) must still get CRITICAL, not the 0 of a quiet stop; output that cannot be
+    # written at all (a full disk) is UNKNOWN, never WARNING's 1.
+    assert run_lockrun(any_env, "-n", "job", "--", "false").returncode == 1
+    assert run_lockrun(any_env, "check").returncode == 2
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before lockrun writes a byte: its first write fails with EPIPE
+    try:
+        closed = subprocess.run(lockrun_argv("check"), env=any_env, stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert closed.returncode == 2 and closed.stderr == "", closed
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(lockrun_argv("check"), env=any_env, stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=60)
+    assert result.returncode == 3, result
+    assert result.stderr.startswith("lockrun: cannot write to standard output") and result.stderr.count("\n") == 1

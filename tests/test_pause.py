@@ -154,3 +154,27 @@ def test_a_malformed_pause_is_shown_and_not_honoured(any_env, tmp_path, request,
     assert "a malformed pause, not honoured" in run_lockrun(any_env, "status").stdout
     assert run_lockrun(any_env, "resume", "job").stdout == "job: resumed\n"
     assert status_json(any_env, "job")["job"]["paused"] is None
+
+
+@pytest.mark.parametrize("fields", [
+    {"until_ms": "-5"},  # a number, but no end lockrun would write (and no `until`)
+    {"until_ms": "1e3"},
+    {"until_ms": "99999999999999999999999"},
+    {"until_ms": "{future_ms}", "until": "\xff not a time"},
+    {"until_ms": "{future_ms}", "until": "{future_iso}", "who": "x" * 100_000},
+])
+def test_a_pause_status_calls_malformed_is_not_honoured_by_a_run_either(env, redis_server, tmp_path, fields):
+    # A hash with a numeric until_ms and an expiry, but fields lockrun never writes: status and
+    # check say "not honoured", so the run must go on too (and say so), not skip in silence.
+    future_ms = int((time.time() + 600) * 1000)
+    future_iso = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(future_ms / 1000))
+    filled = {key: value.replace("{future_ms}", str(future_ms)).replace("{future_iso}", future_iso)
+              for key, value in fields.items()}
+    client = redis_server.client()
+    client.hset("lockrun:{job}:paused", mapping=filled)
+    client.pexpire("lockrun:{job}:paused", 600_000)
+    marker = tmp_path / "ran"
+    result = run_lockrun(env, "-n", "job", "--", "touch", str(marker))
+    assert_one_line(result, 0, "ignoring a malformed pause", "lockrun resume job removes it")
+    assert marker.exists() and history(env, "job")[0]["status"] == "succeeded"
+    assert status_json(env, "job")["job"]["paused"]["problem"]

@@ -10,6 +10,7 @@ a warning, because a pause nobody can read the end of would silence a job for go
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -21,6 +22,9 @@ from lockrun.core.readers import Unusable, as_text, as_time
 #: The fields of a pause record (the Redis hash and the local file alike): who paused it, on
 #: which host, when, until when (ISO 8601 UTC; ``until_ms``: the same as epoch ms), and why.
 PAUSE_FIELDS = ("who", "where", "when", "until", "reason")
+#: The form of ``when`` and ``until`` lockrun writes, the one the Redis acquire scripts honour
+#: (redis/lua_parts.py PAUSE_LUA): a pause these readers call malformed is never one a run honours.
+PAUSE_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z")
 
 
 class PauseRequest(NamedTuple):
@@ -56,6 +60,8 @@ class Paused(NamedTuple):
         for field in PAUSE_FIELDS:
             try:
                 value = as_time(info.get(field)) if field in ("when", "until") else as_text(info.get(field))
+                if field in ("when", "until") and value is not None and not PAUSE_TIME_RE.fullmatch(value):
+                    raise Unusable(f"{value[:40]!r}, not an ISO 8601 UTC time")
             except Unusable as exc:
                 problems.append(f"{field}: {exc}")
                 value = None

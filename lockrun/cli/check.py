@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import NoReturn
 
 import click
@@ -44,10 +45,21 @@ def check(ctx: click.Context, names: tuple[str, ...], max_age_s: float | None, a
         report = check_report(resolved_settings(ctx), list(names) if names else None, max_age_s)
     except LockrunError as exc:  # a config file, a URL, a state directory: the plugin cannot judge
         report = unknown(" ".join(str(exc).split()))
-    if as_json:
-        render.print_json(report.as_json())
-    else:
-        click.echo(report.first_line)
-        for line in report.details:
-            click.echo(line)
+    from lockrun.system.own_output import OutputFailed
+    from lockrun.views.check import UNKNOWN
+
+    try:
+        if as_json:
+            render.print_json(report.as_json())
+        else:
+            click.echo(report.first_line)
+            for line in report.details:
+                click.echo(line)
+        sys.stdout.flush()
+    except OutputFailed as exc:
+        # The plugin's answer is its exit code: a reader that went away early still gets the state
+        # judged; an answer that could not be written out is UNKNOWN (docs/operating.md "Monitoring: lockrun check").
+        if not exc.broken_pipe:
+            click.echo(f"lockrun: {exc.reason}", err=True)
+            ctx.exit(UNKNOWN)
     ctx.exit(report.state)

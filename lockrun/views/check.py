@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from lockrun.core.cadence import overdue_text
 from lockrun.core.clock import age_s, human_duration, parse_iso
 from lockrun.core.errors import BackendUnavailable, LedgerError
+from lockrun.core.printable import printable
 from lockrun.core.readers import text_of
 from lockrun.core.record import FAILURE_STATUSES, Status
 
@@ -43,6 +44,7 @@ SEVERITY = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
 #: How many names' reasons the first line names before "and N more".
 FIRST_LINE_NAMES = 3
 _PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.-]+")
+_LABEL_UNSAFE = re.compile("[=\u00a6]")
 
 
 class NameCheck(NamedTuple):
@@ -83,7 +85,14 @@ class CheckReport(NamedTuple):
 
 def unknown(why: str) -> CheckReport:
     """The plugin's answer when it cannot judge at all."""
-    return CheckReport(UNKNOWN, f"LOCKRUN UNKNOWN - {why}", (), (), "")
+    return CheckReport(UNKNOWN, f"LOCKRUN UNKNOWN - {plugin_text(why)}", (), (), "")
+
+
+def plugin_text(text: str) -> str:
+    """Text of the plugin's lines as Nagios can take it: names and reasons may come from records
+    lockrun did not write, and a newline would start another line, a ``|`` the perfdata (on any
+    line, the Nagios plugin API): control characters escaped, ``|`` shown as ``¦``."""
+    return printable(text).replace("|", "\u00a6")
 
 
 def check_report(resolved: Settings, names: list[str] | None, max_age_s: float | None) -> CheckReport:
@@ -140,9 +149,9 @@ def judge_all(entries: list[LockEntry], successes: dict[str, tuple[str, str | No
     checks = [judge_name(name, groups.get(name, []), successes.get(name), max_age_s, moment, named=names is not None)
               for name in (list(dict.fromkeys(names)) if names is not None else sorted(groups))]
     state = max([check.state for check in checks] + [WARNING if evicting else OK], key=SEVERITY.__getitem__)
-    details = [f"{check.name}: {STATE_NAMES[check.state]}: {'; '.join(check.reasons)}"
+    details = [plugin_text(f"{check.name}: {STATE_NAMES[check.state]}: {'; '.join(check.reasons)}")
                for check in checks if check.state != OK]
-    details += evicting
+    details += [plugin_text(line) for line in evicting]
     return CheckReport(state, first_line(state, checks, evicting), tuple(details), tuple(checks), perfdata(checks))
 
 
@@ -160,8 +169,8 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
     critical_age = _critical_age(cadence, max_age_s)
     since = _since(age, success_host)
     pause = first["paused"]
-    if pause and not pause.get("problem"):
-        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, critical_age, success_at,
+    if pause and not pause.get("problem"):  # OK at any age: no threshold a perfdata reader would see it past
+        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, None, success_at,
                          tuple(entries))
     critical: list[str] = []
     warning: list[str] = []
@@ -220,14 +229,17 @@ def first_line(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
         text = f"{len(checks)} name{'s' if len(checks) != 1 else ''} checked"
         if paused:
             text = "; ".join([*paused[:FIRST_LINE_NAMES], text])
-    line = f"LOCKRUN {STATE_NAMES[state]} - {text}"
+    line = f"LOCKRUN {STATE_NAMES[state]} - {plugin_text(text)}"
     data = perfdata(checks)
     return f"{line} | {data}" if data else line
 
 
 def _label(name: str) -> str:
     label = f"{name}_age"
-    return label if _PLAIN_LABEL.fullmatch(label) else "'" + label.replace("'", "") + "'"
+    if _PLAIN_LABEL.fullmatch(label):
+        return label
+    # a label may hold neither ' nor = (quoted or not); | and a newline would end the perfdata
+    return "'" + _LABEL_UNSAFE.sub("_", plugin_text(label).replace("'", "")) + "'"
 
 
 def perfdata(checks: list[NameCheck]) -> str:

@@ -287,18 +287,42 @@ end
 
 # pause_of(key): the name's pause (``lockrun pause``, docs/operating.md "Pausing a job"), which the
 # acquire scripts read under the lock they just took, in the same EVAL (no round trip of its own).
-# nil: none; {1, hash as a flat list}: a pause lockrun wrote (a hash with a numeric until_ms and an
+# nil: none; {1, hash as a flat list}: a pause lockrun wrote (a hash with until_ms in whole ms and an
 # expiry: PEXPIREAT its end); {0, why}: something else sits there, which is not honoured (the run
 # goes on and says so: a pause whose end nobody can read would silence the job for good). The key
 # is the lock key's sibling, as the wake list is: KEYS[1] (or KEYS[5] of a --slots acquire) with
-# ``paused`` for ``lock``, in the same hash slot.
+# ``paused`` for ``lock``, in the same hash slot. Its fields are judged as the readers judge them
+# (backends/pause.py Paused.from_fields, redis/pauses.py), so that a pause status calls malformed
+# is never one a run honours: when and until lockrun's ISO 8601 UTC form of a real date, until
+# present, who/where/reason at most MAX_TEXT (1024) characters (UTF-8 lead bytes counted).
 PAUSE_LUA = """
+local function iso_time(value)
+  local y, mo, d, h, mi, s = string.match(value, '^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)')
+  if not y then return false end
+  local rest = string.sub(value, 20)
+  if rest ~= 'Z' and not string.match(rest, '^%.%d+Z$') then return false end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  local days = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
+  if y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0) then days[2] = 29 end
+  return y >= 1 and mo >= 1 and mo <= 12 and d >= 1 and d <= days[mo] and tonumber(h) <= 23
+    and tonumber(mi) <= 59 and tonumber(s) <= 59
+end
 local function pause_of(key)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'none' then return nil end
   if kind ~= 'hash' then return {0, 'a ' .. kind .. ', not a hash'} end
-  if not tonumber(redis.call('HGET', key, 'until_ms') or '') then return {0, 'a hash without until_ms'} end
+  local f = redis.call('HMGET', key, 'until_ms', 'until', 'when', 'who', 'where', 'reason')
+  local ms = f[1]
+  if not (ms and #ms <= 15 and string.match(ms, '^%d+$')) then return {0, 'a hash without until_ms in whole ms'} end
   if redis.call('PTTL', key) < 0 then return {0, 'a hash without an expiry'} end
+  if not (f[2] and iso_time(f[2])) or (f[3] and f[3] ~= '' and not iso_time(f[3])) then
+    return {0, 'a hash whose when or until is not an ISO 8601 UTC time'}
+  end
+  for i = 4, 6 do
+    if f[i] and select(2, string.gsub(f[i], '[^\\128-\\191]', '')) > 1024 then
+      return {0, 'a hash with a field over 1024 characters'}
+    end
+  end
   return {1, redis.call('HGETALL', key)}
 end
 local function pause_problem(pause)

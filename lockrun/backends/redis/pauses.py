@@ -64,8 +64,8 @@ class RedisPauses:
                 continue
             fields = pairs(value)
             problem = None
-            if "until_ms" not in {_key(k) for k in fields}:
-                problem = written_by_others(f"{key} has no until_ms")
+            if not _whole_ms(fields):
+                problem = written_by_others(f"{key} has no until_ms in whole ms")
             elif (int_or_none(pttl) or -1) < 0:
                 problem = written_by_others(f"{key} has no expiry")
             found[name] = Paused.from_fields(name, fields, problem)
@@ -147,3 +147,12 @@ def present_keys(connection: RedisConnection, names: list[str],
 
 def _key(field: object) -> str:
     return field.decode("utf-8", "replace") if isinstance(field, bytes) else str(field)
+
+
+def _whole_ms(fields: dict[Any, Any]) -> bool:
+    """Whether ``until_ms`` is whole ms (at most 15 digits), as the acquire scripts require (PAUSE_LUA)."""
+    for key, value in fields.items():
+        if _key(key) == "until_ms":
+            raw = _key(value)
+            return len(raw) <= 15 and raw.isascii() and raw.isdigit()
+    return False
