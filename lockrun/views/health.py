@@ -5,7 +5,7 @@ or else this host's ledger, judged against its newest start (core/cadence).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,13 +28,18 @@ class Declared(NamedTuple):
 def declared_cadences(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, Declared]:
     """The usable declaration of each name: the backend's, else the ledger's (a stored value that
     is none lockrun can use counts as no declaration)."""
+    return usable_declarations(names, backend.cadences(names) if names else {}, ledger)
+
+
+def usable_declarations(names: list[str], fleet: Mapping[str, object], ledger: Ledger | None) -> dict[str, Declared]:
+    """Each name's declaration from ``fleet`` (what the backend keeps), else from the ledger; only
+    the ledger knows since when it was declared so."""
     stored: dict[str, tuple[object, object]] = {}
     if ledger is not None:
         try:
             stored = ledger.cadences(names)
         except LedgerError:
             stored = {}
-    fleet = backend.cadences(names) if names else {}
     found: dict[str, Declared] = {}
     for name in names:
         text, declared_at = stored.get(name, (None, None))
@@ -89,22 +94,15 @@ def with_due_times(resolved: Settings, facts: list[JobFacts], ledger: Ledger | N
             backend.close()
     except BackendUnavailable:
         pauses = None
-    stored: dict[str, tuple[object, object]] = {}
-    if ledger is not None:
-        try:
-            stored = ledger.cadences(names)
-        except LedgerError:
-            stored = {}
+    declared = usable_declarations(names, backend_cadences, ledger)
     found = []
     for job in facts:
         paused = None if pauses is None else (job.name in pauses and not pauses[job.name].problem)
-        text, declared_at = stored.get(job.name, (None, None))
-        fleet_cadence = parse_cadence(backend_cadences.get(job.name))
-        cadence = fleet_cadence or parse_cadence(text)
-        if cadence is None:
+        declaration = declared.get(job.name)
+        if declaration is None:
             found.append(job._replace(paused=paused))
             continue
-        due = judge(cadence, (job.last or {}).get("started_at"), None if fleet_cadence else declared_at,
+        due = judge(declaration.cadence, (job.last or {}).get("started_at"), declaration.declared_at,
                     datetime.now(timezone.utc), paused=bool(paused))
         found.append(job._replace(paused=paused, next_due_at=due.next_due.timestamp() if due.next_due else None,
                                   overdue=due.overdue_s is not None if due.next_due else None))
