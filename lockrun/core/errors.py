@@ -26,6 +26,10 @@ class ExitCode(IntEnum):
     NOT_FOUND = 127
     SIGNAL_BASE = 128  # 128 + N: the command was killed by signal N
 
+    # A code reads as its number wherever it is shown or stored (str(), f-strings, a ledger
+    # row): Python 3.11 made that IntEnum's default; Python 3.10 still says "ExitCode.LOST".
+    __str__ = int.__repr__
+
 
 #: One line per code for the README, the man page and ``--help``; same source.
 EXIT_CODE_DOCS: list[tuple[str, str, str]] = [

@@ -15,7 +15,7 @@ import importlib.util
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -151,9 +151,11 @@ class RedisConnection:
     def _sentinel_master(self, topology: ClusterURL, service: str, timeout: float) -> redis.Redis:
         """The master the Sentinels name; after a failover, the next connection finds the new one."""
         bounded = _bounded(timeout, self.connect_timeout)
-        sentinel = Sentinel(topology.nodes, sentinel_kwargs=dict(bounded), **bounded)  # type: ignore[no-untyped-call]  # redis-py leaves Sentinel unannotated
+        # Called through Any: redis-py annotates Sentinel and master_for from 8.x only, and one
+        # source must type-check against every redis-py that pyproject.toml admits.
+        sentinel: Sentinel = cast(Any, Sentinel)(topology.nodes, sentinel_kwargs=dict(bounded), **bounded)
         self.sentinel = sentinel
-        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]  # redis-py leaves master_for unannotated
+        master: redis.Redis = cast(Any, sentinel).master_for(
             service, **bounded, username=topology.username, password=topology.password, db=topology.db,
             ssl=topology.tls, **self._tls(topology),
         )

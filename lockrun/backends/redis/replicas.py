@@ -69,9 +69,11 @@ class ReplicaWait:
         its other replicas acknowledge them, only to lose them when they follow the new master.
         """
         connection, client = self._connection, self._connection.client
-        if connection.sentinel is not None and connection.topology is not None:
-            sentinel, service = connection.sentinel, connection.topology.service
-            return connection.call(lambda: len(sentinel.discover_slaves(service)))  # type: ignore[no-untyped-call]  # redis-py leaves discover_slaves unannotated
+        if connection.sentinel is not None and connection.topology is not None and connection.topology.service:
+            # Through Any: redis-py annotates discover_slaves from 8.x only (see client.py).
+            sentinel: Any = connection.sentinel
+            service = connection.topology.service
+            return connection.call(lambda: len(sentinel.discover_slaves(service)))
         if isinstance(client, redis.RedisCluster):
             slot: int = client.keyslot(key)  # type: ignore[no-untyped-call]  # redis-py leaves keyslot unannotated
             return connection.call(lambda: max(0, len(client.nodes_manager.slots_cache.get(slot, [])) - 1))
