@@ -1,3 +1,3 @@
-from lockrun.cli.main import main
+from lockrun.cli.entry import main
 
 main()

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from lockrun import __version__
-from lockrun.cli.main import cli
+from lockrun.cli.group import every_command
 from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,14 +187,14 @@ def render() -> str:
         ".nf",
         "\\fBlockrun\\fR [\\fIOPTIONS\\fR] \\fB\\-\\-\\fR \\fICOMMAND\\fR [\\fIARG\\fR...]",
     ]
-    for name, command in cli.commands.items():
+    for name, command in every_command().items():
         ctx = _context(name, command)
         out.append(f"\\fBlockrun {name}\\fR " + esc(" ".join(command.collect_usage_pieces(ctx))))
     out += ["\\fBlockrun \\-\\-version\\fR | \\fB\\-\\-help\\fR", ".fi", ".SH DESCRIPTION"]
     for text in DESCRIPTION:
         out += [".PP", esc(text)]
     out.append(".SH COMMANDS")
-    for name, command in cli.commands.items():
+    for name, command in every_command().items():
         out += command_section(name, command)
     out.append(".SH ENVIRONMENT")
     for name, text in ENVIRONMENT:

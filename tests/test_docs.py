@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import pytest
 
-from lockrun.cli.main import cli
+from lockrun.cli.group import every_command
 from lockrun.core.errors import EXIT_CODE_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ MAN = ROOT / "man" / "lockrun.1"
 
 
 def all_options():
-    for name, command in cli.commands.items():
+    for name, command in every_command().items():
         for param in command.params:
             if isinstance(param, click.Option):
                 yield name, param
@@ -82,7 +82,7 @@ def test_man_page_has_every_section_option_and_exit_code():
 
 
 def test_the_reference_documents_every_command_and_option():
-    for name in cli.commands:
+    for name in every_command():
         assert f"lockrun {name}" in REFERENCE, f"docs/reference.md lacks `lockrun {name}`"
     for command, param in all_options():
         if param.name == "help":
@@ -111,7 +111,7 @@ def test_readme_exit_code_table_matches_the_enum_docs():
 
 
 def test_every_command_has_help_with_an_example():
-    for name, command in cli.commands.items():
+    for name, command in every_command().items():
         assert command.help and "\b" in command.help, f"`lockrun {name} --help` lacks an example block"
         assert re.search(r"lockrun( \S+)* ", command.help)
 

@@ -4,6 +4,7 @@ global options every command accepts and the settings they resolve to, and lock-
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar
 
@@ -20,12 +21,31 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 
 
+#: Each command and the module of ``cli/`` that defines it, in the order ``--help``, the man page
+#: and the README list them: a run, its locks, then its records. A module is imported when one of
+#: its commands is asked for, so that a crontab line's run does not pay for ``status`` or ``timeline``.
+COMMAND_MODULES = {
+    "run": "run", "status": "locks", "check": "check", "unlock": "locks", "pause": "pausing",
+    "resume": "pausing", "history": "records", "timeline": "timeline", "prune": "records", "show": "records",
+    "metrics": "records", "completion": "completion",
+}
+
+
 class LockrunGroup(click.Group):
     """``lockrun [OPTIONS] -- CMD`` is ``lockrun run [OPTIONS] -- CMD``.
 
     The bare form applies when the first argument is an option or ``--``;
     ``-h``, ``--help`` and ``--version`` as the first argument belong to the top level.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"lockrun.cli.{module}")  # its commands register with this group
+        return self.commands.get(cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0].startswith("-") and args[0] not in TOP_LEVEL_ONLY:
@@ -41,7 +61,7 @@ class LockrunGroup(click.Group):
         i = 0
         while i < len(args) and args[i].split("=", 1)[0] in GLOBAL_OPTION_NAMES:
             i += 1 if "=" in args[i] else 2
-        if 0 < i < len(args) and args[i] in self.commands:
+        if 0 < i < len(args) and args[i] in COMMAND_MODULES:
             return [args[i], *args[:i], *args[i + 1:]]
         return None
 
@@ -119,6 +139,12 @@ def cli() -> None:
 
     The bare form `lockrun [OPTIONS] -- COMMAND` is the same as `lockrun run`.
     """
+
+
+def every_command() -> dict[str, click.Command]:
+    """Every command, in their order, each module imported: for the man page, completions and docs tests."""
+    ctx = click.Context(cli)
+    return {name: command for name in cli.list_commands(ctx) if (command := cli.get_command(ctx, name))}
 
 
 def complete_lock_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, global_options, resolved_settings
+from lockrun.cli.group import COMMAND_MODULES, CONTEXT, cli, global_options, resolved_settings
 from lockrun.cli.output import say
 from lockrun.cli.params import (
     DURATION,
@@ -175,7 +175,7 @@ def run(ctx: click.Context, /, **given: Any) -> NoReturn:
     resolved = resolved_settings(ctx, flags.ttl)
     # `lockrun -v status`: a run option first makes `status` the command to run. When no such
     # program exists, say where lockrun's own subcommand wants its options.
-    misplaced = flags.command[0] in cli.commands
+    misplaced = flags.command[0] in COMMAND_MODULES
 
     def report(level: str, message: str) -> None:
         if (level == "info" and not flags.verbose) or (level == "warn" and flags.quiet):

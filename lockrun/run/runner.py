@@ -55,6 +55,7 @@ from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
 from lockrun.run.watch import lease_problem, watch
+from lockrun.system.collection import resume_after_startup
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
@@ -220,6 +221,7 @@ class Run:
                     return self._interrupted(supervisor.signals.received[0], "during --jitter, before the first"
                                                                                " try for the lock")
                 backend = self.backend_factory(self.call_timeout)
+                resume_after_startup()  # everything a run imports up front is loaded by now
                 self.journal.acquire_began()  # the client is made: the wait begins
                 outcome = self._locked_run(backend, supervisor)
             except BackendUnavailable as exc:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from lockrun.core.clock import ISO_FORMAT
+from lockrun.core.clock import ISO_FORMAT, parse_iso
 from lockrun.core.readers import parse_int, text_of
 from lockrun.core.record import Row
 
@@ -50,9 +50,8 @@ _US = 1_000_000
 
 
 def _us_of_iso(text: str) -> int | None:
-    try:
-        moment = datetime.strptime(text, ISO_FORMAT).replace(tzinfo=timezone.utc)
-    except (TypeError, ValueError):
+    moment = parse_iso(text)  # not strptime: a release would import and run it for one timestamp
+    if moment is None:
         return None
     us = int(moment.timestamp()) * _US + moment.microsecond
     return us if _iso_of_us(us) == text else None
