@@ -1,7 +1,7 @@
 """Python's cyclic garbage collector around lockrun's start-up (docs/internals.md "Start-up").
 
 A run imports some 60 modules of its own besides click, redis-py and sqlite3, and each full
-collection while they load walks every object loaded so far: a sixth of the start-up of an
+collection while they load walks every object loaded so far: some 8 % of the instructions of an
 uncontended run went to collections that freed nothing. The command's entry point holds the
 collector off until the run has its backend (every import behind it); then the objects of
 start-up are frozen (they live as long as the process: later collections need not walk them,
