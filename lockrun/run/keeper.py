@@ -25,10 +25,26 @@ def safety_margin(ttl: float) -> float:
     return max(0.05, 0.02 * ttl)
 
 
-def backstop_for(expires_at: float, ttl: float) -> float:
+def stop_grace(kill_after: float, ttl: float) -> float:
+    """How long before the safety margin the command is told to stop, so that TERM, the grace and
+    KILL all fit before the lease can expire: --kill-after, at most a quarter of the TTL."""
+    return min(kill_after, ttl / 4.0)
+
+
+def expires_at(lease: Lease) -> float:
+    """When ``lease``, as last renewed, could expire (monotonic): the renewal's sending plus the TTL."""
+    return lease.sent_at + lease.ttl
+
+
+def must_stop_at(lease: Lease, kill_after: float) -> float:
+    """After this moment, without a newer renewal of ``lease``, the command must be stopped."""
+    return expires_at(lease) - safety_margin(lease.ttl) - stop_grace(kill_after, lease.ttl)
+
+
+def backstop_for(expires: float, ttl: float) -> float:
     """When the backstop (backstop.py) kills lockrun if it has not stopped the command itself:
     after the latest SIGKILL lockrun would send (expiry - margin), before the lease can expire."""
-    return expires_at - safety_margin(ttl) / 2
+    return expires - safety_margin(ttl) / 2
 
 
 class Keeper:
@@ -37,7 +53,7 @@ class Keeper:
         backend: Backend,
         lease: Lease,
         *,
-        stop_grace: float,
+        kill_after: float,
         call_timeout: float,
         wake: Callable[[], None],
         child_pid: Callable[[], int | None],
@@ -49,16 +65,13 @@ class Keeper:
         self.lease = lease
         self.interval = lease.ttl / 3.0
         self.margin = safety_margin(lease.ttl)
-        # How long before the deadline the command must be told to stop, so that
-        # TERM, the grace and KILL all fit before the lease can expire.
-        self.stop_grace = min(stop_grace, lease.ttl / 4.0)
+        self.kill_after = kill_after
         self.retry_delay = max(0.05, min(1.0, lease.ttl / 10.0))
         self.call_timeout = call_timeout
         self._wake = wake
         self._child_pid = child_pid
         self._on_renewed = on_renewed  # called with the new expiry after each successful renewal
         self._lock = threading.Lock()
-        self._last_ok_sent = lease.sent_at
         self._last_error: str | None = None
         self._lost_reason: str | None = None
         self._stopped = threading.Event()
@@ -68,15 +81,20 @@ class Keeper:
     # -- what the main loop (watch.py) reads -----------------------------------------
 
     @property
+    def renewed(self) -> Lease:
+        """The lease as last renewed: ``sent_at`` is when that renewal was sent (monotonic)."""
+        with self._lock:
+            return self.lease
+
+    @property
     def expires_at(self) -> float:
         """When the lease we last renewed could expire (monotonic)."""
-        with self._lock:
-            return self._last_ok_sent + self.lease.ttl
+        return expires_at(self.renewed)
 
     @property
     def must_stop_at(self) -> float:
         """After this moment, without a newer renewal, the command must be stopped."""
-        return self.expires_at - self.margin - self.stop_grace
+        return must_stop_at(self.renewed, self.kill_after)
 
     @property
     def lost_reason(self) -> str | None:
@@ -120,7 +138,7 @@ class Keeper:
         self._wake()
 
     def _loop(self) -> None:
-        next_at: float | None = self._last_ok_sent + self.interval
+        next_at: float | None = self.renewed.sent_at + self.interval
         while next_at is not None and not self._stopped.wait(max(0.0, next_at - self._clock())):
             next_at = self.renew_once()
 
@@ -143,8 +161,8 @@ class Keeper:
             self._mark_lost("another run asked to replace this one (--replace)")
             return None
         with self._lock:
-            self._last_ok_sent = sent
+            self.lease = self.lease._replace(sent_at=sent)
             self._last_error = None
         if self._on_renewed is not None:
-            self._on_renewed(sent + self.lease.ttl)
+            self._on_renewed(expires_at(self.lease))
         return sent + self.interval

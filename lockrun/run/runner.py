@@ -49,7 +49,7 @@ from lockrun.core.record import Status
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
-from lockrun.run.keeper import Keeper, backstop_for, safety_margin
+from lockrun.run.keeper import Keeper, backstop_for, expires_at, must_stop_at
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
@@ -392,7 +392,7 @@ class Run:
             keeper.stop()
             if backstop is not None:
                 backstop.suspend()
-        lease = lease._replace(sent_at=keeper.expires_at - lease.ttl)
+        lease = keeper.renewed
         self._next_attempt(attempt + 1, lease_client)
         if ended is None:
             start = lease_client.holder_info()
@@ -425,7 +425,7 @@ class Run:
         """One backend call between attempts, tried again (after 50 ms, doubling to 500 ms) while the
         lease, as last renewed, is sure to hold (the keeper's deadline: keeper.py), and no signal came;
         None when no try reached the backend by then, said in one line."""
-        deadline = lease.sent_at + lease.ttl - safety_margin(lease.ttl) - min(self.options.kill_after, lease.ttl / 4)
+        deadline = must_stop_at(lease, self.options.kill_after)
         delay = 0.05
         while True:
             try:
@@ -461,15 +461,15 @@ class Run:
         """A started keeper of ``lease`` (as last renewed), re-arming the backstop after each renewal."""
         opts = self.options
         if backstop is not None:
-            backstop.resume(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+            backstop.resume(backstop_for(expires_at(lease), lease.ttl))
         keeper = Keeper(
             backend,
             lease,
-            stop_grace=opts.kill_after,
+            kill_after=opts.kill_after,
             call_timeout=self.call_timeout,
             wake=signals.wake,
             child_pid=child_pid,
-            on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, lease.ttl))) if backstop else None,
+            on_renewed=(lambda expiry: backstop.arm(backstop_for(expiry, lease.ttl))) if backstop else None,
         )
         keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
         return keeper
@@ -507,7 +507,7 @@ class Run:
         # Armed before the exec: from its first instant the command cannot outlive the lease,
         # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
         if backstop is not None:
-            backstop.resume(backstop_for(lease.sent_at + lease.ttl, lease.ttl))
+            backstop.resume(backstop_for(expires_at(lease), lease.ttl))
             if backstop.error and attempt == 1:
                 # Run without it rather than not at all (a sandbox may forbid POSIX timers), but say so.
                 self.report("warn", f"no backstop timer ({backstop.error}): if lockrun is stopped or starved, "
@@ -545,7 +545,7 @@ class Run:
             self.journal.command_ended()
             if keeper is not None:
                 keeper.stop()
-        renewed = lease._replace(sent_at=keeper.expires_at - lease.ttl) if keeper is not None else lease
+        renewed = keeper.renewed if keeper is not None else lease
         outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
             kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,

@@ -45,7 +45,7 @@ def lease_problem(keeper: Keeper, now: float) -> str | None:
     if keeper.lost_reason is not None:
         return keeper.lost_reason
     if now >= keeper.must_stop_at:
-        silent_for = now - (keeper.expires_at - keeper.lease.ttl)
+        silent_for = now - keeper.renewed.sent_at
         why = keeper.last_error or "no renewal succeeded in time"
         return f"no renewal succeeded for {silent_for:.1f}s ({why})"
     return None

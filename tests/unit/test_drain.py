@@ -100,7 +100,7 @@ class Run:
         if backstop is not None:
             backstop.arm(backstop_for(lease.sent_at + 30.0, 30.0))
         self.keeper = Keeper(
-            self.backend, lease, stop_grace=kill_after, call_timeout=5.0, wake=self.supervisor.signals.wake,
+            self.backend, lease, kill_after=kill_after, call_timeout=5.0, wake=self.supervisor.signals.wake,
             child_pid=lambda: 4242, clock=clock,
             on_renewed=(lambda expires_at: backstop.arm(backstop_for(expires_at, 30.0))) if backstop else None,
         )

@@ -9,7 +9,7 @@ import pytest
 
 from lockrun.backends.values import Lease
 from lockrun.core.errors import BackendUnavailable
-from lockrun.run.keeper import Keeper, backstop_for, safety_margin
+from lockrun.run.keeper import Keeper, backstop_for, safety_margin, stop_grace
 from lockrun.run.watch import lease_problem
 from tests.unit.fakes import START, FakeBackend, FakeClock
 
@@ -25,7 +25,7 @@ class Harness:
         self.wakes: list[float] = []
         self.woken = threading.Event()  # for the tests that do start the thread
         self.renewed: list[float] = []
-        self.keeper = Keeper(backend, lease, stop_grace=kill_after, call_timeout=1.0,
+        self.keeper = Keeper(backend, lease, kill_after=kill_after, call_timeout=1.0,
                              wake=lambda: self._wake(clock), child_pid=lambda: 777,
                              on_renewed=self.renewed.append, clock=clock)
 
@@ -45,7 +45,7 @@ def test_the_deadlines_of_a_fresh_lease(clock: FakeClock, backend: FakeBackend) 
     keeper = Harness(clock, backend, ttl=30.0, kill_after=10.0).keeper
     assert keeper.interval == 10.0
     assert keeper.retry_delay == 1.0
-    assert keeper.stop_grace == 7.5  # --kill-after 10 s does not fit: capped at TTL/4
+    assert stop_grace(10.0, 30.0) == 7.5  # --kill-after 10 s does not fit: capped at TTL/4
     assert keeper.expires_at == START + 30
     assert keeper.kill_deadline() == pytest.approx(START + 29.4)  # expiry - margin (0.6 s)
     assert keeper.must_stop_at == pytest.approx(START + 21.9)  # expiry - margin - grace
