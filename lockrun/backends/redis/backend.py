@@ -4,12 +4,13 @@ This module is the story of a lease: acquire (or learn who holds the lock), rene
 release (mark --once done, keep --min-hold, record the run in the fleet record), give
 back, preempt, clear, wait. The pieces it stands on each have a module of their own:
 
-- redis_client.py: building the client for the URL (plain, TLS, Sentinel, Cluster, ACL)
+- client.py: building the client for the URL (plain, TLS, Sentinel, Cluster, ACL)
   and turning whatever goes wrong into lockrun's errors;
-- redis_scripts.py: the Lua scripts, as data, with the KEYS/ARGV each is called with;
-- redis_keys.py: every key of one lock (docs/redis.md "Redis keys");
-- redis_replicas.py: --replicas, WAIT behind each acquire and renewal;
-- redis_inspect.py: who holds what (``status``, ``unlock``, a busy acquire).
+- scripts.py and lua_parts.py: the Lua scripts, as data, with the KEYS/ARGV each is called with
+  and the replies they give (lua_parts.Acquired);
+- keys.py: every key of one lock (docs/redis.md "Redis keys");
+- replicas.py: --replicas, WAIT behind each acquire and renewal;
+- inspect.py: who holds what (``status``, ``unlock``, a busy acquire).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import functools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.redis.client import REDIS_ERRORS, RedisConnection
 from lockrun.backends.redis.eviction import Eviction, eviction_in, eviction_refusal
 from lockrun.backends.redis.keys import lock_keys, registry_key
+from lockrun.backends.redis.lua_parts import Acquired
 from lockrun.backends.redis.replicas import ReplicaWait
 from lockrun.backends.redis.replies import int_or_none, pairs, script_int, text
 from lockrun.backends.redis.scripts import (
@@ -48,7 +50,14 @@ from lockrun.backends.values import (
     OnceKey,
     TooSoon,
 )
-from lockrun.core.errors import EvictingServer, ForeignData, ReplicasMissing, SlotsMismatch, ZoneMismatch
+from lockrun.core.errors import (
+    BackendUnavailable,
+    EvictingServer,
+    ForeignData,
+    ReplicasMissing,
+    SlotsMismatch,
+    ZoneMismatch,
+)
 from lockrun.core.printable import printable
 from lockrun.core.readers import written_by_others
 from lockrun.core.zones import recorded_zone, shown_record
@@ -62,6 +71,18 @@ __all__ = ["REDIS_ERRORS", "RedisBackend", "lock_keys"]
 
 #: What a renewal script's reply means.
 _RENEWAL = {1: RENEWED, 2: PREEMPTED}
+
+
+class _Asked(NamedTuple):
+    """What one acquire asked for, as its reply's readers need it."""
+
+    name: str
+    token: str
+    ttl: float
+    once: OnceKey | None
+    slots: int
+    once_every: float | None
+    sent_at: float
 
 
 class RedisBackend:
@@ -118,34 +139,67 @@ class RedisBackend:
             reply = got.reply
         else:
             reply = self.connection.eval(call)
-        outcome = script_int(reply[0])
-        if outcome == 1:
-            lease = Lease(name=name, token=token, fencing_token=script_int(reply[1]), ttl=ttl, sent_at=sent_at,
-                          once=once, slots=slots, evicting=(text(reply[2]) or None) if len(reply) > 2 else None,
-                          pause_problem=(written_by_others(f"{keys.paused} is {text(reply[3])}") if len(reply) > 3
-                                         and text(reply[3]) else None))
+        asked = _Asked(name, token, ttl, once, slots, once_every, sent_at)
+        kind = self._acquired(asked, reply)
+        if kind is Acquired.TAKEN:
+            lease = self._taken(asked, reply)
             return self.replica_wait.confirmed(lease, self.prefix, got, known) if got is not None else lease
-        if outcome == 2 and once is not None:
-            return Duplicate(name=name, key=once.key)
-        if outcome == 3:
-            return Paused.from_fields(name, pairs(reply[1]))
-        if outcome == 5 and once_every:
-            return TooSoon(name=name, success_at=script_int(reply[1]) / 1000, now=script_int(reply[2]) / 1000)
-        if outcome == -1:
-            raise SlotsMismatch(name, script_int(reply[1]), slots)
-        if outcome == -2:
-            raise EvictingServer(eviction_refusal(self.connection.redacted, text(reply[1]), reply[2], text(reply[3])))
-        if outcome == -3 and once is not None:
-            raw = reply[1] if isinstance(reply[1], bytes) else text(reply[1]).encode()
-            recorded = recorded_zone(raw)
-            if recorded is not None:
-                raise ZoneMismatch(name, recorded, once.zone or "?", once.zone_from or "this host")
-            size = int_or_none(reply[2]) if len(reply) > 2 else None
-            raise self._foreign_zone(name, f"{keys.once_tz} holds {shown_record(raw, size)}, no IANA zone this host"
-                                           " knows")
-        if outcome == -4:
-            raise self._foreign_zone(name, f"{keys.once_tz} is a {printable(text(reply[1]))[:20]}, not a string")
-        return self.inspection.busy_holder(name, slots, reply[1], reply[2])
+        return _ACQUIRE_REPLIES[kind](self, asked, reply)
+
+    def _acquired(self, asked: _Asked, reply: list[Any]) -> Acquired:
+        """The kind of an acquire script's reply; one that this acquire cannot have asked for is an
+        error (exit 69), never taken for a busy lock."""
+        try:
+            kind = Acquired(script_int(reply[0]))
+        except (ValueError, TypeError, IndexError):
+            kind = None
+        if kind is None or (kind is Acquired.DUPLICATE and asked.once is None) or (
+                kind is Acquired.TOO_SOON and not asked.once_every):
+            shown = printable(repr(reply))[:80]
+            raise BackendUnavailable(f"Redis at {self.connection.redacted} answered the acquire of {asked.name!r}"
+                                     f" with {shown}, which lockrun's script never returns")
+        return kind
+
+    def _taken(self, asked: _Asked, reply: list[Any]) -> Lease:
+        pause_problem = text(reply[3]) if len(reply) > 3 else ""
+        keys = lock_keys(self.prefix, asked.name)
+        return Lease(name=asked.name, token=asked.token, fencing_token=script_int(reply[1]), ttl=asked.ttl,
+                     sent_at=asked.sent_at, once=asked.once, slots=asked.slots,
+                     evicting=(text(reply[2]) or None) if len(reply) > 2 else None,
+                     pause_problem=written_by_others(f"{keys.paused} is {pause_problem}") if pause_problem else None)
+
+    def _busy(self, asked: _Asked, reply: list[Any]) -> Holder:
+        return self.inspection.busy_holder(asked.name, asked.slots, reply[1], reply[2])
+
+    def _duplicate(self, asked: _Asked, reply: list[Any]) -> Duplicate:
+        assert asked.once is not None  # checked by _acquired
+        return Duplicate(name=asked.name, key=asked.once.key)
+
+    def _paused(self, asked: _Asked, reply: list[Any]) -> Paused:
+        return Paused.from_fields(asked.name, pairs(reply[1]))
+
+    def _too_soon(self, asked: _Asked, reply: list[Any]) -> TooSoon:
+        return TooSoon(name=asked.name, success_at=script_int(reply[1]) / 1000, now=script_int(reply[2]) / 1000)
+
+    def _slots_mismatch(self, asked: _Asked, reply: list[Any]) -> NoReturn:
+        raise SlotsMismatch(asked.name, script_int(reply[1]), asked.slots)
+
+    def _evicting(self, asked: _Asked, reply: list[Any]) -> NoReturn:
+        raise EvictingServer(eviction_refusal(self.connection.redacted, text(reply[1]), reply[2], text(reply[3])))
+
+    def _zone_mismatch(self, asked: _Asked, reply: list[Any]) -> NoReturn:
+        raw = reply[1] if isinstance(reply[1], bytes) else text(reply[1]).encode()
+        recorded = recorded_zone(raw)
+        if recorded is not None and asked.once is not None:
+            raise ZoneMismatch(asked.name, recorded, asked.once.zone or "?", asked.once.zone_from or "this host")
+        size = int_or_none(reply[2]) if len(reply) > 2 else None
+        once_tz = lock_keys(self.prefix, asked.name).once_tz
+        raise self._foreign_zone(asked.name, f"{once_tz} holds {shown_record(raw, size)}, no IANA zone this host"
+                                             " knows")
+
+    def _zone_not_a_string(self, asked: _Asked, reply: list[Any]) -> NoReturn:
+        once_tz = lock_keys(self.prefix, asked.name).once_tz
+        raise self._foreign_zone(asked.name, f"{once_tz} is a {printable(text(reply[1]))[:20]}, not a string")
 
     def _foreign_zone(self, name: str, what: str) -> ForeignData:
         """A zone record lockrun cannot have written (docs/guarantees.md "One zone per name"): exit 69."""
@@ -277,3 +331,16 @@ class RedisBackend:
 
     def close(self) -> None:
         RedisConnection.close(self.connection.client)
+
+
+#: How each kind of acquire reply (but TAKEN, which --replicas may still refuse) becomes a value or an error.
+_ACQUIRE_REPLIES: dict[Acquired, Callable[[RedisBackend, _Asked, list[Any]], Holder | Duplicate | TooSoon | Paused]] = {
+    Acquired.BUSY: RedisBackend._busy,
+    Acquired.DUPLICATE: RedisBackend._duplicate,
+    Acquired.PAUSED: RedisBackend._paused,
+    Acquired.TOO_SOON: RedisBackend._too_soon,
+    Acquired.SLOTS_MISMATCH: RedisBackend._slots_mismatch,
+    Acquired.EVICTING: RedisBackend._evicting,
+    Acquired.ZONE_MISMATCH: RedisBackend._zone_mismatch,
+    Acquired.ZONE_NOT_A_STRING: RedisBackend._zone_not_a_string,
+}

@@ -6,7 +6,29 @@ script is some of these pieces and its own body, sent as one text and so run ato
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from lockrun.backends.redis.record_format import OPEN_SPARE, SKIPS_KEPT, VALS_MAX
+
+
+class Acquired(IntEnum):
+    """What an acquire script's reply begins with (scripts.py's ACQUIRE_SCRIPT says what follows
+    each): the numbers are written here only, the Lua knows them by these names."""
+
+    BUSY = 0
+    TAKEN = 1
+    DUPLICATE = 2  # the --once key is done
+    PAUSED = 3
+    TOO_SOON = 5  # --once-every: the last success is too recent
+    SLOTS_MISMATCH = -1
+    EVICTING = -2
+    ZONE_MISMATCH = -3
+    ZONE_NOT_A_STRING = -4
+
+
+#: The replies' names as Lua locals, first in every acquire script.
+ACQUIRE_REPLIES_LUA = "local {} = {}\n".format(", ".join(reply.name for reply in Acquired),
+                                               ", ".join(str(int(reply)) for reply in Acquired))
 
 # The fleet record (docs/fleet.md "One fleet, one memory"), written inside the lock scripts so that
 # it costs no round trip. Every write goes through redis.pcall: a record that cannot be
@@ -246,12 +268,12 @@ local function keep_zone(key, zone, keep_ms)
   if key then redis.call('SET', key, zone, 'PX', math.max(redis.call('PTTL', key), keep_ms)) end
 end
 local function refused(evicts, allowed)
-  if evicts and allowed ~= '1' then return {-2, evicts[1], evicts[2], evicts[3]} end
+  if evicts and allowed ~= '1' then return {EVICTING, evicts[1], evicts[2], evicts[3]} end
   return nil
 end
 local function refused_zone(conflict)
-  if conflict[1] ~= 'string' then return {-4, conflict[1]} end
-  return {-3, conflict[2], conflict[3]}
+  if conflict[1] ~= 'string' then return {ZONE_NOT_A_STRING, conflict[1]} end
+  return {ZONE_MISMATCH, conflict[2], conflict[3]}
 end
 local function evicting_policy(evicts)
   if not evicts then return '' end

@@ -14,6 +14,7 @@ from lockrun.backends.pause import PauseRequest
 from lockrun.backends.redis.keys import LockKeys
 from lockrun.backends.redis.lua_parts import (
     ACQUIRE_CHECKS_LUA,
+    ACQUIRE_REPLIES_LUA,
     ATTEMPT_LUA,
     CADENCE_LUA,
     FLEET_COMMON_LUA,
@@ -28,6 +29,9 @@ from lockrun.backends.redis.record_format import event_pairs
 from lockrun.backends.values import FleetRecord, FleetRetention, Lease, OnceKey
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.record import row_json_parts, tail_for_fleet
+
+#: What both acquire scripts are built on: their replies' names (lua_parts.Acquired) first.
+ACQUIRE_PIECES = ACQUIRE_REPLIES_LUA + FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA
 
 # Take the lock, advance the fence and describe the holder, all or nothing; record the start (or
 # count a busy or duplicate outcome) in the fleet record. KEYS: lock, info, fence, preempt, slots,
@@ -53,13 +57,13 @@ from lockrun.core.record import row_json_parts, tail_for_fleet
 # back: it never goes back, not even after a restart without persistence, a lossy failover or a
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly). INCRBY 0
 # reads the counter and fails, as INCR did, on one that is no number: never reset.
-ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
+ACQUIRE_SCRIPT = ACQUIRE_PIECES + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
 if refusal then return refusal end
 if redis.call('EXISTS', KEYS[5]) == 1 then
-  return {-1, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
+  return {SLOTS_MISMATCH, tonumber(redis.call('GET', KEYS[5] .. ':n') or 0)}
 end
 local conflict = zone_conflict(KEYS[11], ARGV[7])
 if conflict then return refused_zone(conflict) end
@@ -68,12 +72,12 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if pause and pause[1] == 1 then
     redis.call('DEL', KEYS[1])
     record_count(KEYS[7], KEYS[9], ARGV[5], 'paused', info_value(10, 'host'))
-    return {3, pause[2]}
+    return {PAUSED, pause[2]}
   end
   if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
     redis.call('DEL', KEYS[1])
     record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
-    return {2}
+    return {DUPLICATE}
   end
   local every = tonumber(ARGV[9]) or 0
   if every > 0 then
@@ -86,7 +90,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if success_ms and now_ms - success_ms < every then
       redis.call('DEL', KEYS[1])
       record_count(KEYS[7], KEYS[9], ARGV[5], 'duplicate', info_value(10, 'host'))
-      return {5, string.format('%.0f', success_ms), string.format('%.0f', now_ms)}
+      return {TOO_SOON, string.format('%.0f', success_ms), string.format('%.0f', now_ms)}
     end
   end
   keep_zone(KEYS[11], ARGV[7], tonumber(ARGV[8]) + tonumber(ARGV[2]))
@@ -101,17 +105,17 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   record_start(KEYS[8], KEYS[9], ARGV[5], fence, 10, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), 1)
   declare_cadence(string.sub(KEYS[1], 1, -5) .. 'cadence', 10, ARGV[5])
-  return {1, fence, evicting_policy(evicts), pause_problem(pause)}
+  return {TAKEN, fence, evicting_policy(evicts), pause_problem(pause)}
 end
 local paused = pause_of(string.sub(KEYS[1], 1, -5) .. 'paused')  -- a busy name that is paused: a paused skip
 if paused and paused[1] == 1 then
   record_count(KEYS[7], KEYS[9], ARGV[5], 'paused', info_value(10, 'host'))
-  return {3, paused[2]}
+  return {PAUSED, paused[2]}
 end
 if ARGV[3] == '1' then
   record_count(KEYS[7], KEYS[9], ARGV[5], 'busy', info_value(10, 'host'))
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+return {BUSY, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
 # Reset (never add to) the lease if the token is still ours; stamp the heartbeat with the
@@ -212,18 +216,18 @@ return 0
 # another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA + """
+SLOTS_ACQUIRE_SCRIPT = ACQUIRE_PIECES + """
 redis.replicate_commands()
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
 if refusal then return refusal end
 if redis.call('EXISTS', KEYS[5]) == 1 then
-  return {-1, 1}
+  return {SLOTS_MISMATCH, 1}
 end
 local n = tonumber(ARGV[3])
 local stored = redis.call('GET', KEYS[2])
 if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
-  return {-1, tonumber(stored)}
+  return {SLOTS_MISMATCH, tonumber(stored)}
 end
 local conflict = zone_conflict(KEYS[11], ARGV[8])
 if conflict then return refused_zone(conflict) end
@@ -234,23 +238,23 @@ if redis.call('ZCARD', KEYS[1]) >= n then
   local paused = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
   if paused and paused[1] == 1 then
     record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
-    return {3, paused[2]}
+    return {PAUSED, paused[2]}
   end
   if ARGV[4] == '1' then
     record_count(KEYS[7], KEYS[9], ARGV[6], 'busy', info_value(10, 'host'))
   end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
-  return {0, tonumber(first[2]) - now, redis.call('HGETALL', other)}
+  return {BUSY, tonumber(first[2]) - now, redis.call('HGETALL', other)}
 end
 local pause = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
 if pause and pause[1] == 1 then
   record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
-  return {3, pause[2]}
+  return {PAUSED, pause[2]}
 end
 if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
   record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate', info_value(10, 'host'))
-  return {2}
+  return {DUPLICATE}
 end
 keep_zone(KEYS[11], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
@@ -266,7 +270,7 @@ heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
 record_start(KEYS[8], KEYS[9], ARGV[6], fence, 10, now, n)
 declare_cadence(string.sub(KEYS[5], 1, -5) .. 'cadence', 10, ARGV[6])
-return {1, fence, evicting_policy(evicts), pause_problem(pause)}
+return {TAKEN, fence, evicting_policy(evicts), pause_problem(pause)}
 """
 
 # Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired; stamp
