@@ -46,13 +46,16 @@ def validate_name(name: str) -> str:
     return name
 
 
-_RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
+_RUN_ID_RE = re.compile(r"[0-9a-fA-F](?:-?[0-9a-fA-F]){3,31}")
 
 
 def validate_run_id(text: str) -> str:
-    """A run id or a prefix of it: 4 to 32 lower-case hex digits."""
+    """A run id or the start of one: 4 to 32 of its hex digits, with or without its dashes
+    (``3f2a9c1e``, ``3f2a9c1e-4b7d``). Lookups compare the hex digits alone (core/run_ids: older
+    ledgers hold ids without dashes)."""
     if not _RUN_ID_RE.fullmatch(text):
-        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it (see lockrun history)")
+        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it, dashes allowed"
+                         " (see lockrun history)")
     return text
 
 
