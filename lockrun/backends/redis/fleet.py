@@ -46,9 +46,9 @@ Pipe = TypeVar("Pipe", bound=Batch)
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
 # whose run id (``run_id``, or ``r`` in the compact layout) starts with the hex digits ARGV[1]
-# (dashes ignored: core/run_ids), and the ``last`` hash if it describes such a run (for its output tail). Scanning happens in Redis, so only the
-# matches cross the network; pages keep each call short, so a long stream never holds up the
-# renewals of every other host.
+# (dashes ignored: core/run_ids), and the ``last`` hash if it describes such a run (for its
+# output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
+# each call short, so a long stream never holds up the renewals of every other host.
 # KEYS: runs, last. ARGV: run id prefix, "+" or "(ID", page size.
 # Returns {entries, last-as-flat-list or {}, ID of the page's oldest entry or "" at the end}.
 FIND_RUN_SCRIPT = """
