@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import NoReturn
 
 import pytest
 
@@ -21,7 +22,18 @@ def program(name: str, package: str, *places: str) -> str:
     found = shutil.which(name) or next((place for place in places if os.access(place, os.X_OK)), None)
     if found:
         return found
-    message = f"{name} is not installed (apt-get install {package}); .ci/run installs it"
+    missing(name, package)
+
+
+def data_file(path: str, package: str) -> str:
+    """A file a package installs (bash-completion's loader), or skip/fail naming the package."""
+    if os.path.exists(path):
+        return path
+    missing(path, package)
+
+
+def missing(what: str, package: str) -> NoReturn:
+    message = f"{what} is not installed (apt-get install {package}); .ci/run installs it"
     if REQUIRED:
         pytest.fail(f"{message}, and LOCKRUN_REQUIRE_CLIENTS=1 says it must be tested")
     pytest.skip(message)
