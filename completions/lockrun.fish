@@ -2,7 +2,7 @@ function _lockrun_completion;
     set -l response (env _LOCKRUN_COMPLETE=fish_complete COMP_WORDS=(commandline -cp) COMP_CWORD=(commandline -t) lockrun);
 
     for completion in $response;
-        set -l metadata (string split "," $completion);
+        set -l metadata (string split -m 1 "," $completion);
 
         if test $metadata[1] = "dir";
             __fish_complete_directories $metadata[2];

@@ -10,7 +10,10 @@
 #   $PREFIX/bin/lockrun                  a link to the venv's lockrun (crontabs name it in full)
 #   $PREFIX/share/man/man1/lockrun.1     the man page
 #   $PREFIX/share/bash-completion/completions/lockrun, $PREFIX/share/zsh/site-functions/_lockrun,
-#   $PREFIX/share/fish/vendor_completions.d/lockrun.fish: where each shell looks for them
+#   $PREFIX/share/fish/vendor_completions.d/lockrun.fish: where each shell looks for them (the
+#                                        installed shells are asked; a fish that does not look
+#                                        there gets it in its own completions directory, and
+#                                        for bash or zsh the one line to add is printed)
 #   $SYSCONFDIR/lockrun.toml             an example config, every key commented out; never
 #                                        overwritten (SYSCONFDIR: /etc, or $PREFIX/etc when
 #                                        PREFIX is under a home directory)
@@ -93,9 +96,36 @@ install -d "$bash_dir" "$zsh_dir" "$fish_dir"
 install -m 644 "$here/completions/lockrun.bash" "$bash_dir/lockrun"
 install -m 644 "$here/completions/_lockrun" "$zsh_dir/_lockrun"
 install -m 644 "$here/completions/lockrun.fish" "$fish_dir/lockrun.fish"
-if [ -z "$DESTDIR" ] && [ ! -f /usr/share/bash-completion/bash_completion ]; then
-    say "note: bash completes lockrun only with the bash-completion package (apt-get install bash-completion),"
-    say "      or with this line in ~/.bashrc: . $bash_dir/lockrun"
+# Installed for real (not staged): check that each shell looks where its file went, as that shell
+# says itself; where it does not, place it where it does or print the one line to add (README "Install").
+if [ -z "$DESTDIR" ]; then
+    # bash-completion reads the user's ${XDG_DATA_HOME:-~/.local/share}/bash-completion/completions
+    # and $XDG_DATA_DIRS' (default /usr/local/share:/usr/share) bash-completion/completions.
+    case $bash_dir in
+        "${XDG_DATA_HOME:-$HOME/.local/share}/bash-completion/completions" \
+            | /usr/local/share/bash-completion/completions | /usr/share/bash-completion/completions) ;;
+        *) say "bash: bash-completion does not look in $bash_dir; add this line to ~/.bashrc: . $bash_dir/lockrun" ;;
+    esac
+    if [ ! -f /usr/share/bash-completion/bash_completion ]; then
+        say "note: bash completes lockrun only with the bash-completion package (apt-get install bash-completion),"
+        say "      or with this line in ~/.bashrc: . $bash_dir/lockrun"
+    fi
+    # zsh: its fpath (Debian's and macOS' zsh have /usr/local/share/zsh/site-functions; ~/.local is not).
+    if command -v zsh >/dev/null 2>&1 && ! zsh -fc '(( ${fpath[(Ie)$1]} ))' zsh "$zsh_dir"; then
+        say "zsh: add this line to ~/.zshrc, before compinit: fpath=($zsh_dir \$fpath)"
+    fi
+    # fish: $fish_complete_path (Debian's fish does not read /usr/local/share/fish/vendor_completions.d):
+    # then the system's completions directory of fish for a shared install, the user's for a personal one.
+    if command -v fish >/dev/null 2>&1 && ! fish -c 'contains -- $argv[1] $fish_complete_path' "$fish_dir"; then
+        if [ "$shared" = yes ]; then
+            where=$(fish --no-config -c 'echo $__fish_sysconf_dir')/completions
+        else
+            where=$(fish --no-config -c 'echo $__fish_config_dir')/completions
+        fi
+        install -d "$where"
+        install -m 644 "$here/completions/lockrun.fish" "$where/lockrun.fish"
+        say "fish: this fish does not look in $fish_dir; placed $where/lockrun.fish"
+    fi
 fi
 
 config=$DESTDIR$SYSCONFDIR/lockrun.toml

@@ -10,7 +10,10 @@ import subprocess
 
 from tests.conftest import lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
-PERFDATA = re.compile(r"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| ('?[^=' ]+'?=\d+s(;;\d+)?)( |$)+)?$")
+# Perfdata as the Nagios plugin guidelines write it: 'label'=value[UOM];[warn];[crit];[min];[max]
+# (value "U" when it cannot be determined); lockrun's: seconds since the last success, min 0.
+ITEM = r"('[^=']+'|[^=' ]+)=(\d+s|U);;\d*;0"
+PERFDATA = re.compile(rf"^LOCKRUN (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| {ITEM}( {ITEM})*)?$")
 
 
 def check(env, *args):
@@ -23,7 +26,7 @@ def check(env, *args):
 
 def test_ok_then_critical_for_a_failed_run_and_an_overdue_name(any_env):
     assert run_lockrun(any_env, "-n", "hourly", "--every", "1h", "--", "true").returncode == 0
-    assert check(any_env)[:2] == (0, "LOCKRUN OK - 1 name checked | hourly_age=0s;;3900")
+    assert check(any_env)[:2] == (0, "LOCKRUN OK - 1 name checked | hourly_age=0s;;3900;0")
 
     assert run_lockrun(any_env, "-n", "flaky", "--", "false").returncode == 1
     code, first, details = check(any_env)
@@ -34,7 +37,7 @@ def test_ok_then_critical_for_a_failed_run_and_an_overdue_name(any_env):
     wait_until(lambda: "late overdue" in check(any_env, "late")[1], what="late to be overdue")
     code, first, _ = check(any_env, "late")
     assert code == 2 and re.match(r"LOCKRUN CRITICAL - late overdue \d+s \(last success [\d.]+s ago on \S+\)"
-                                  r" \| late_age=\d+s;;1$", first), first
+                                  r" \| late_age=\d+s;;1;0$", first), first
     assert check(any_env, "hourly")[0] == 0
 
     report = json.loads(run_lockrun(any_env, "check", "--json").stdout)
@@ -143,9 +146,9 @@ def test_foreign_names_never_break_the_plugin_output(env, redis_server):
     assert len(lines) == 1 + len(odd), lines  # the first line, and one per name that is not OK
     assert lines[0].count("|") == 1 and all("|" not in line for line in lines[1:]), lines
     perf = lines[0].split("|", 1)[1]
-    labels = re.findall(r"('[^']*'|[^\s=']+)=\d+s", perf)
-    assert len(labels) == 2 and re.sub(r"('[^']*'|[^\s=']+)=\d+s", "", perf).strip() == "", perf
-    assert labels[0] == "'its a_b_c_age'" and labels[1] == "plain_age", labels
+    labels = [label for label, _ in re.findall(ITEM, perf)]
+    assert len(labels) == 3 and re.sub(ITEM, "", perf).strip() == "", perf
+    assert labels == ["'its a_b_c_age'", "'nl\\nname_age'", "plain_age"], labels  # no success known: U
 
 
 def test_a_paused_overdue_name_gives_no_critical_threshold_it_is_past(any_env):
@@ -158,7 +161,7 @@ def test_a_paused_overdue_name_gives_no_critical_threshold_it_is_past(any_env):
 
     wait_until(lambda: report()["names"][0]["age_s"] >= 2.5, what="the name's age past its cadence")
     code, first, _ = check(any_env, "nightly")
-    assert code == 0 and re.search(r"nightly_age=\d+s( |$)", first), first
+    assert code == 0 and re.search(r"nightly_age=\d+s;;;0( |$)", first), first
     assert report()["names"][0]["critical_age_s"] is None
 
 

@@ -255,7 +255,7 @@ class Job:
             "/usr/local/bin": str(self.dir / "usr-local-bin"),
             "/opt/app/bin/": f"{self.dir}/app/bin/",
             "/backup/": f"{self.dir}/backup/",
-            "/var/lib/node_exporter/textfile/": f"{self.dir}/textfile/",
+            "/var/lib/prometheus/node-exporter/": f"{self.dir}/textfile/",
             "https://hc-ping.com/your-check-uuid": f"{receiver_url}/ping/{self.id}",
             "https://hooks.slack.com/services/T000/B000/XXXX": f"{receiver_url}/hook/{self.id}",
         }
@@ -536,7 +536,7 @@ def drive(jobs: list[Job], log: CronLog, config: Path, root: Path, own_redis: Re
                 assert result.returncode == 0, result.stdout + result.stderr
             if plan == "metrics" and job.backend == "redis" and rows and rows[0]["status"] != "running" \
                     and once(job, "kill-redis"):
-                prom = job.dir / "textfile" / "lockrun.prom"  # written just after the row is final
+                prom = job.dir / "textfile" / "lockrun-sync-invoices.prom"  # written just after the row is final
                 job.notes.append(wait_until(lambda prom=prom: prom.exists() and prom.read_text(),
                                             what="the metrics file"))
                 own_redis.kill()
@@ -683,7 +683,7 @@ def scenario_checks(job: Job, rows: list[dict], receiver: Receiver) -> list[str]
         if found != ["lockrun-fleet.prom"] or succeeded < 1 or "lockrun_last_exit_status" not in text:
             problems.append(f"{where}: the fleet's textfile: {found}, {text!r}")
     if plan == "metrics":
-        text = (job.dir / "textfile" / "lockrun.prom").read_text()
+        text = (job.dir / "textfile" / "lockrun-sync-invoices.prom").read_text()
         last = rows[-1]["exit_status"]
         if f'lockrun_last_exit_status{{name="sync-invoices"}} {last}' not in text:
             problems.append(f"{where}: the metrics file lacks lockrun_last_exit_status {last}: {text}")

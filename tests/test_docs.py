@@ -160,3 +160,16 @@ def test_every_module_the_docs_name_exists():
     assert len(named) > 20, named  # the internals page names the layers' modules
     missing = {path: doc for path, doc in named.items() if not (ROOT / "lockrun" / path).is_file()}
     assert not missing, missing
+
+
+def test_the_example_configs_references_name_sections_that_exist():
+    """scripts/lockrun.toml.example (installed as /etc/lockrun.toml) sends its reader to sections by
+    name: each must be a heading of the page it names."""
+    text = (ROOT / "scripts" / "lockrun.toml.example").read_text()
+    cited = re.findall(r'(README|docs/[a-z]+\.md) "([^"]+)"', text)
+    assert cited, "the example config names no section"
+    for page, section in cited:
+        path = ROOT / ("README.md" if page == "README" else page)
+        headings = {line.lstrip("#").strip().replace("`", "") for line in path.read_text().splitlines()
+                    if line.startswith("#")}
+        assert section in headings, f"{page} has no section {section!r}"

@@ -402,8 +402,9 @@ def test_what_lockrun_creates_is_private(any_env, tmp_path):
 def test_a_metrics_file_that_is_a_directory_leaves_nothing_behind(any_env, tmp_path):
     target = tmp_path / "metrics"
     target.mkdir()
-    result = run_lockrun(any_env, "-n", "m", "--metrics-file", str(target), "--", "true")
-    assert result.returncode == 0 and "is a directory" in result.stderr and result.stderr.count("\n") == 1
+    result = run_lockrun(any_env, "-n", "m", "--metrics-file", str(target), "--", "touch", str(tmp_path / "ran"))
+    assert result.returncode == 2 and "is a directory" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "ran").exists()  # refused before the command runs (contract §16)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 

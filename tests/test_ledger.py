@@ -78,7 +78,7 @@ def test_a_sigkilled_lockrun_leaves_an_abandoned_row(env, redis_server, tmp_path
     assert 'lockrun_runs_total{name="crash",status="abandoned"} 1' in exposition
     assert "lockrun_last_run_timestamp_seconds{name=\"crash\"}" in exposition
     textfile = tmp_path / "lockrun.prom"
-    assert run_lockrun(env, "-n", "other", "--metrics-file", str(textfile), "--", "true").returncode == 0
+    assert run_lockrun(env, "-n", "crash", "-E", "0", "--metrics-file", str(textfile), "--", "true").returncode == 0
     assert 'lockrun_runs_total{name="crash",status="abandoned"} 1' in textfile.read_text()
 
 

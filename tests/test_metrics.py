@@ -60,11 +60,15 @@ def test_metrics_file_is_replaced_atomically_after_each_run(env, tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["lockrun.prom"]  # no temp file left
 
 
-def test_metrics_file_from_the_config_and_an_unwritable_one_only_warns(env, tmp_path):
+def test_metrics_file_from_the_config_is_checked_and_one_that_fails_at_the_end_only_warns(env, tmp_path):
     config = tmp_path / "m.toml"
     config.write_text(f'metrics_file = "{tmp_path}/nowhere/x.prom"\n')
     env["LOCKRUN_CONFIG"] = str(config)
-    result = run_lockrun(env, "-n", "m", "--", "echo", "ran")
+    result = run_lockrun(env, "-n", "m", "--", "echo", "ran")  # refused before the command runs (contract §16)
+    assert (result.returncode, result.stdout) == (78, "") and "does not exist" in result.stderr
+    assert result.stderr.count("\n") == 1
+    (tmp_path / "nowhere").mkdir()  # there when the run starts, gone when it ends: a warning, the run's code
+    result = run_lockrun(env, "-n", "m", "--", "sh", "-c", f"rmdir {tmp_path}/nowhere; echo ran")
     assert (result.returncode, result.stdout) == (0, "ran\n")
     assert result.stderr.count("\n") == 1 and "metrics file" in result.stderr
 

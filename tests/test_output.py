@@ -362,7 +362,9 @@ def test_warn_after_out_of_range_is_a_usage_error(any_env, value):
 
 # --- B: --syslog -------------------------------------------------------------------------------------------
 
-SYSLOG_LINE = re.compile(r"<(\d+)>lockrun\[(\d+)\]: (.*)")
+# As logger(1) sends to the local socket: <PRI>, an RFC 3164 timestamp, the tag (tests/test_client_syslog.py
+# has a real rsyslogd read it, and the other forms).
+SYSLOG_LINE = re.compile(r"<(\d+)>[A-Z][a-z]{2} [ 1-3]\d \d\d:\d\d:\d\d lockrun\[(\d+)\]: (.*)")
 
 
 @pytest.fixture

@@ -18,6 +18,22 @@ SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_LOCKRUN_COMPLETE"  # click's variable for lockrun: _{PROG}_COMPLETE
 
 
+def use_whole_fish_descriptions() -> None:
+    """Make fish's script click's, but splitting each answer ``type,value<TAB>description`` at its
+    first comma only (``string split -m 1``): click's splits at every comma, which cut an option's
+    description at its first one. Called before any completion work (cli/main, when
+    COMPLETE_VAR is set, and ``completion``): a run never imports click's completion module."""
+    from click.shell_completion import FishComplete, add_completion_class
+
+    class WholeFishComplete(FishComplete):
+        source_template = FishComplete.source_template.replace('(string split "," $completion)',
+                                                               '(string split -m 1 "," $completion)')
+
+    if WholeFishComplete.source_template == FishComplete.source_template:
+        raise RuntimeError("click's fish completion script changed: see lockrun/cli/completion.py")
+    add_completion_class(WholeFishComplete, "fish")
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("shell", metavar="SHELL", type=click.Choice(SHELLS))
 @click.pass_context
@@ -34,6 +50,7 @@ def completion(ctx: click.Context, shell: str) -> NoReturn:
     """
     from click.shell_completion import get_completion_class
 
+    use_whole_fish_descriptions()
     completer = get_completion_class(shell)
     assert completer is not None  # every name in SHELLS is one of click's
     sys.stdout.write(completer(cli, {}, "lockrun", COMPLETE_VAR).source())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import click
 
@@ -14,6 +14,9 @@ from lockrun import __version__
 from lockrun.cli.output import say
 from lockrun.cli.params import REDIS_URL
 from lockrun.config import settings, values
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +54,20 @@ class LockrunGroup(click.Group):
         if args and args[0].startswith("-") and args[0] not in TOP_LEVEL_ONLY:
             args = self._subcommand_after_globals(args) or ["run", *args]
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """``lockrun --tt<Tab>``: the first word after ``lockrun`` is completed here, before any
+        argument makes it the bare form, so an option there is also one of ``run``'s (every crontab
+        line starts so); later words are completed by ``run`` itself (parse_args)."""
+        found = super().shell_complete(ctx, incomplete)
+        if not incomplete.startswith("-"):
+            return found
+        run = self.get_command(ctx, "run")
+        assert run is not None  # COMMAND_MODULES names it
+        seen = {item.value for item in found}
+        with run.make_context("run", [], parent=ctx, resilient_parsing=True) as run_ctx:
+            found += [item for item in run.shell_complete(run_ctx, incomplete) if item.value not in seen]
+        return found
 
     def _subcommand_after_globals(self, args: list[str]) -> list[str] | None:
         """``lockrun --config F status`` is ``lockrun status --config F``.

@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args and "_LOCKRUN_COMPLETE" not in os.environ:  # shell completion also comes without arguments
         sys.exit(own_output.finish(_no_command(), say))
+    if "_LOCKRUN_COMPLETE" in os.environ:  # the shell asks what to complete (completion.COMPLETE_VAR)
+        from lockrun.cli import completion
+
+        completion.use_whole_fish_descriptions()
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
     except own_output.OutputFailed as exc:

@@ -107,6 +107,9 @@ JITTER = Validated("DURATION", values.parse_jitter)
 SUCCESS_EXIT = Validated("CODES", values.parse_success_exit)
 
 
+METRICS_FILE = Validated("PATH", values.check_metrics_file, echo_value=False)
+
+
 def output_file(dash: bool = False) -> Validated:
     """A file lockrun writes: a device, FIFO or socket there (or a link to one) is a usage error
     now, not a warning after the run; the device stays as it is (``-``: standard output)."""

@@ -146,9 +146,12 @@ def metrics(ctx: click.Context, fleet: bool) -> NoReturn:
     """Print the ledger as Prometheus metrics (text exposition format).
 
     \b
-      lockrun metrics > /var/lib/node_exporter/textfile/lockrun.prom
-      lockrun -n job --metrics-file /var/lib/node_exporter/textfile/lockrun.prom -- /opt/job
+      lockrun metrics                # every name in this host's ledger
+      lockrun -n job --metrics-file /var/lib/prometheus/node-exporter/lockrun-job.prom -- /opt/job
       lockrun metrics --fleet        # every host's runs, from Redis: one scrape for the fleet
+
+    A run's --metrics-file holds that job's series only: one file per job
+    in node_exporter's textfile directory never repeats another's.
 
     Per lock name: lockrun_last_run_timestamp_seconds,
     lockrun_last_success_timestamp_seconds, lockrun_last_duration_seconds,

@@ -15,6 +15,7 @@ from lockrun.cli.params import (
     ENDPOINT,
     JITTER,
     LOCK_NAME,
+    METRICS_FILE,
     MIN_HOLD,
     NOTIFY_ON,
     REPLICAS,
@@ -25,7 +26,6 @@ from lockrun.cli.params import (
     SUCCESS_EXIT,
     WARN_AFTER,
     ZONE,
-    output_file,
     seconds_type,
 )
 from lockrun.config import once, values
@@ -97,9 +97,10 @@ from lockrun.core.errors import UsageError
                    "every renewal, in the same round trip; fewer acknowledgements at acquire: exit 69, the command "
                    "does not run; a renewal counts only when acknowledged. N: 0 to 100 [default: 0; config: "
                    "replicas].")
-@click.option("--metrics-file", metavar="PATH", type=output_file(),
-              help="Rewrite this Prometheus textfile (as `lockrun metrics` prints it) after the run; only a "
-                   "regular file is replaced (a device, FIFO or socket there: exit 2).")
+@click.option("--metrics-file", metavar="PATH", type=METRICS_FILE,
+              help="Rewrite this Prometheus textfile with the name's series after the run (one file per job, e.g. "
+                   "/var/lib/prometheus/node-exporter/lockrun-NAME.prom); only a regular file is replaced (empty, a "
+                   "directory, device, FIFO or socket there, or a directory this user cannot write: exit 2).")
 @click.option("--notify", "notify_urls", metavar="URL", multiple=True, type=ENDPOINT,
               help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
 @click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(values.DEFAULT_NOTIFY_ON),

@@ -46,13 +46,16 @@ def validate_name(name: str) -> str:
     return name
 
 
-_RUN_ID_RE = re.compile(r"[0-9a-f]{4,32}")
+_RUN_ID_RE = re.compile(r"[0-9a-fA-F](?:-?[0-9a-fA-F]){3,31}")
 
 
 def validate_run_id(text: str) -> str:
-    """A run id or a prefix of it: 4 to 32 lower-case hex digits."""
+    """A run id or the start of one: 4 to 32 of its hex digits, with or without its dashes
+    (``3f2a9c1e``, ``3f2a9c1e-4b7d``). Lookups compare the hex digits alone (core/run_ids: older
+    ledgers hold ids without dashes)."""
     if not _RUN_ID_RE.fullmatch(text):
-        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it (see lockrun history)")
+        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it, dashes allowed"
+                         " (see lockrun history)")
     return text
 
 
@@ -286,6 +289,37 @@ def output_path_problem(path: str, what: str, directories: bool = True) -> str |
     named = f"{what} {path}" if what else path
     return (f"{named} is {kind}, not a regular file; lockrun writes only regular files there,"
             " and never replaces anything else")
+
+
+def metrics_file_problem(path: str, what: str) -> str | None:
+    """Why a run could not write ``path`` as its ``--metrics-file`` (docs/operating.md "Metrics for
+    Prometheus"), said before the command runs rather than in a warning after it: empty (a
+    ``"$PROM"`` that expanded to nothing would otherwise turn metrics off without a word), a
+    directory, device, FIFO or socket there, or a directory for it that does not exist or that
+    this user cannot write (the file is replaced by a rename there). None when it can be written."""
+    import os
+
+    if path == "":
+        return (f"{what} is empty (a variable that expanded to nothing?): name the file, e.g."
+                " /var/lib/prometheus/node-exporter/lockrun-NAME.prom, or leave the option out")
+    problem = output_path_problem(path, what, directories=True)
+    if problem:
+        return problem
+    parent = Path(path).expanduser().absolute().parent
+    if not parent.is_dir():
+        return f"{what} {path}: its directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"{what} {path}: its directory {parent} is not writable by this user (the file is replaced"
+                " by a rename there)")
+    return None
+
+
+def check_metrics_file(path: str, what: str) -> str:
+    """``--metrics-file``: a path :func:`metrics_file_problem` finds nothing wrong with."""
+    problem = metrics_file_problem(path, what)
+    if problem:
+        raise UsageError(problem)
+    return path
 
 
 def validate_pause_reason(text: str, what: str) -> str:

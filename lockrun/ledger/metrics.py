@@ -3,18 +3,25 @@
 - when did NAME last run, and last succeed? (alert: "has not succeeded for 2 h")
 - how long did it take, and how did it end?
 - how many runs ended in each status? (alert: rate of failed/lost/busy)
+
+``lockrun metrics`` prints every name's series; a run's ``--metrics-file`` holds its own name's
+(:func:`write_job_file`), so that one file per job in node_exporter's textfile directory never
+repeats a series another file holds (node_exporter refuses the whole directory when one does:
+"was collected before"). docs/operating.md "Metrics for Prometheus" says how it is used.
 """
 
 from __future__ import annotations
 
 import errno
+import re
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from lockrun.core.clock import parse_iso
 from lockrun.core.record import Status
 from lockrun.ledger.store import Ledger
-from lockrun.system.safefs import write_atomically
+from lockrun.system.safefs import directory_locked, read_small, write_atomically
 
 FAMILIES = (
     ("lockrun_last_run_timestamp_seconds", "gauge", "Start time of the newest finished run (Unix seconds)."),
@@ -71,8 +78,8 @@ class JobFacts(NamedTuple):
     paused: bool | None = None
 
 
-def ledger_facts(ledger: Ledger) -> list[JobFacts]:
-    """This host's view: its ledger's runs and counts."""
+def ledger_facts(ledger: Ledger, names: Collection[str] | None = None) -> list[JobFacts]:
+    """This host's view: its ledger's runs and counts (of ``names`` only, when given)."""
     counts: dict[str, dict[str, int]] = {}
     for name, status, count in ledger.run_counts():
         counts.setdefault(name, {})[status] = count
@@ -83,6 +90,8 @@ def ledger_facts(ledger: Ledger) -> list[JobFacts]:
         counts.setdefault(name, {})[Status.ABANDONED.value] = count
     found = []
     for name in sorted(counts):
+        if names is not None and name not in names:
+            continue
         success = ledger.last_with_status(name, Status.SUCCEEDED)
         found.append(JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None,
                               counts[name], flags.get(name, {})))
@@ -90,6 +99,11 @@ def ledger_facts(ledger: Ledger) -> list[JobFacts]:
 
 
 def exposition(facts: list[JobFacts]) -> str:
+    return _rendered(_samples(facts))
+
+
+def _samples(facts: list[JobFacts]) -> dict[str, list[str]]:
+    """Each family's samples, as ``{labels} value``, names in order."""
     samples: dict[str, list[str]] = {family: [] for family, _, _ in FAMILIES}
     for job in sorted(facts, key=lambda job: job.name):
         label = f'name="{escape_label(job.name)}"'
@@ -117,20 +131,68 @@ def exposition(facts: list[JobFacts]) -> str:
             samples["lockrun_overdue"].append(f"{{{label}}} {int(job.overdue)}")
         if job.paused is not None:
             samples["lockrun_paused"].append(f"{{{label}}} {int(job.paused)}")
-    lines = []
+    return samples
+
+
+def _rendered(samples: dict[str, list[str]], first_lines: tuple[str, ...] = (), every_family: bool = True) -> str:
+    """The exposition: each family's HELP and TYPE, then its samples; without ``every_family``, a
+    family with no sample is left out (a job's file: promtool and node_exporter take either)."""
+    lines = list(first_lines)
     for family, kind, help_text in FAMILIES:
-        lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]
-        lines += [f"{family}{sample}" for sample in samples[family]]
+        if every_family or samples[family]:
+            lines += [f"# HELP {family} {help_text}", f"# TYPE {family} {kind}"]
+            lines += [f"{family}{sample}" for sample in samples[family]]
     return "\n".join(lines) + "\n"
 
 
-def write_file(path: Path, text: str) -> None:
-    """Replace ``path`` atomically: node_exporter must never read half a file.
+# -- a run's --metrics-file ---------------------------------------------------------------------------
 
-    The temporary file beside it is created afresh (never through a link) and removed
-    on any failure; a directory at ``path`` is refused before anything is written.
+#: The first line of a --metrics-file: the names whose runs write it. One file per job names one;
+#: a file several jobs name (a config file's ``metrics_file``) keeps each one's series, replaced by
+#: its own runs. A file without this line (another program's, or an older lockrun's, which held
+#: every name of its ledger) keeps nothing but the writing run's name.
+WRITERS = "# lockrun --metrics-file of:"
+#: How long a run waits for another run writing a file in the same directory (a write takes
+#: milliseconds): past that the file is left as it is, with a warning.
+LOCK_WAIT_S = 5.0
+_NAME_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\-]{0,199}")
+#: A sample line this module writes: ``family{name="…"[,status="…"]} value``.
+_SAMPLE = re.compile(r'(?P<family>lockrun_[a-z_]+)(?P<rest>\{name="(?P<label>(?:[^"\\\n]|\\[\\"n])*)"'
+                     r'(?:,status="[a-z_]+")?\} (?:-?[0-9][0-9.e+-]*|NaN|[+-]Inf))')
+
+
+def job_file_text(name: str, facts: list[JobFacts], previous: str | None) -> str:
+    """The file after a run of ``name``: its own series from ``facts``, and, of a file that names
+    its writers (WRITERS), the other writers' series as they were. Only lines of the shape this
+    module writes are kept; anything else in ``previous`` is dropped."""
+    own = _samples([job for job in facts if job.name == name])
+    writers = {name}
+    first, _, rest = (previous or "").partition("\n")
+    if first.startswith(WRITERS + " "):
+        others = {token for token in first[len(WRITERS):].split() if _NAME_TOKEN.fullmatch(token)} - {name}
+        kept_labels = {escape_label(other) for other in others}
+        families = set(own)
+        for line in rest.splitlines():
+            match = _SAMPLE.fullmatch(line)
+            if match and match["family"] in families and match["label"] in kept_labels:
+                own[match["family"]].append(match["rest"])
+        writers |= others
+    for family in own:  # one order, whoever wrote which line: by name, then by the rest
+        own[family].sort()
+    return _rendered(own, (f"{WRITERS} {' '.join(sorted(writers))}",), every_family=False)
+
+
+def write_job_file(path: Path, name: str, facts: Callable[[], list[JobFacts]]) -> None:
+    """Rewrite the ``--metrics-file`` of a run of ``name`` whole: node_exporter never reads half
+    a file (a temporary file beside it, renamed over it), and never an older count. The ledger is
+    read (``facts``) and the file replaced under one lock, held by every run that writes a file in
+    that directory, so two runs finishing together leave the later count, and a counter never goes
+    back. A directory or anything else but a regular file at ``path`` is refused and left alone.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
-    write_atomically(path, text.encode("utf-8"), mode=0o644)  # node_exporter reads it as another user
+    with directory_locked(path.parent, LOCK_WAIT_S):
+        previous = read_small(path)
+        text = job_file_text(name, facts(), previous.decode("utf-8", "replace") if previous is not None else None)
+        write_atomically(path, text.encode("utf-8"), mode=0o644)  # node_exporter reads it as another user

@@ -22,6 +22,7 @@ from lockrun.core.clock import seconds_since, utc_now_iso
 from lockrun.core.errors import LedgerError
 from lockrun.core.readers import sql_int, text_or_none
 from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Row, Status
+from lockrun.core.run_ids import run_id_digits
 from lockrun.ledger.file import (
     BUSY_TIMEOUT_MS,
     FINISHED_RUN,
@@ -370,10 +371,13 @@ class Ledger:
 
         Raises LedgerError when the prefix matches several runs.
         """
-        pattern = run_id_prefix + "%"  # the CLI lets only hex digits through: no LIKE wildcards
+        # By hex digits, dashes ignored: ids are dashed UUIDs, older rows' 32 bare hex digits
+        # (core/run_ids). The CLI lets only hex digits and dashes through: no LIKE wildcards.
+        pattern = run_id_digits(run_id_prefix) + "%"
         with self._connection() as db:
             rows = db.execute(
-                _SELECT.replace(" FROM runs", ", output_tail FROM runs") + " WHERE run_id LIKE ? LIMIT 2", (pattern,)
+                _SELECT.replace(" FROM runs", ", output_tail FROM runs")
+                + " WHERE REPLACE(run_id, '-', '') LIKE ? LIMIT 2", (pattern,)
             ).fetchall()
         if len(rows) > 1:
             raise LedgerError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")

@@ -118,6 +118,11 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
                          f" name's last success (fleet_keep_days = {resolved.fleet_keep_days}): raise"
                          " fleet_keep_days in the config file, or shorten --once-every")
     cadence = declared_cadence(flags, resolved)
+    if flags.metrics_file is None and resolved.metrics_file is not None:
+        # The flag was checked as it was parsed (exit 2); the config file's, here: before the command runs.
+        problem = values.metrics_file_problem(str(resolved.metrics_file), "metrics_file")
+        if problem:
+            raise ConfigError(f"config file {resolved.config_path}: {problem}")
     if not resolved.redis_url:
         refuse_a_lock_held_in_the_old_place(resolved, name, flags.slots)
     options = RunOptions(

@@ -235,7 +235,8 @@ class RunJournal:
             from lockrun.system.host import known_dead
 
             judged = ledger.judging_liveness(known_dead)  # abandoned runs counted, as `lockrun metrics` does
-            metrics.write_file(path, metrics.exposition(metrics.ledger_facts(judged)))
+            name = self.run.name
+            metrics.write_job_file(path, name, lambda: metrics.ledger_facts(judged, (name,)))
         except (OSError, LedgerError) as exc:  # a device there (NotRegularFile) too: it is left alone
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             self.report("warn", f"cannot write the metrics file {path} ({reason})")

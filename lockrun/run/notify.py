@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -59,10 +59,12 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     return parts._replace(netloc=hostport).geturl(), f"Basic {token}"
 
 
-def post(url: str, body: bytes, content_type: str, deadline: float | None = None) -> str | None:
+def post(url: str, body: bytes, content_type: str, deadline: float | None = None,
+         answered: Callable[[Mapping[str, str]], None] | None = None) -> str | None:
     """POST with one retry before ``deadline`` (on the monotonic clock; default DELIVERY_BUDGET
-    from now). None on success, else why it failed. A call that hangs past the deadline where no
-    timeout reaches (DNS) is given up on by the caller: see :class:`Sending`."""
+    from now). None on success, else why it failed; ``answered`` gets a successful response's
+    headers. A call that hangs past the deadline where no timeout reaches (DNS) is given up on by
+    the caller: see :class:`Sending`."""
     import urllib.error  # here, not above: a run that sends nothing never pays for them
     import urllib.request
 
@@ -83,6 +85,8 @@ def post(url: str, body: bytes, content_type: str, deadline: float | None = None
         try:
             with urllib.request.urlopen(request, timeout=min(ATTEMPT_TIMEOUT, left)) as response:
                 response.read(65536)
+                if answered is not None:
+                    answered(response.headers)
                 return None
         except urllib.error.HTTPError as exc:
             reason = f"HTTP {exc.code}"
@@ -195,6 +199,44 @@ def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool, deadlin
 
 # -- pings (the healthchecks.io protocol) --------------------------------------------------------
 
+#: How many bytes of a ping's body the server keeps when it does not say (its ``Ping-Body-Limit``
+#: response header): the open-source healthchecks server's default (its PING_BODY_LIMIT setting),
+#: which keeps the first 10,000 bytes and drops the rest.
+DEFAULT_PING_BODY_LIMIT = 10_000
+#: The largest ``Ping-Body-Limit`` believed: a larger number is read as this (the tail lockrun
+#: keeps is at most 1 MiB: docs/reference.md "Ranges").
+MAX_PING_BODY_LIMIT = 16 * 1024 * 1024
+
+
+def body_limit_of(headers: Mapping[str, str]) -> int | None:
+    """The ``Ping-Body-Limit`` a server's answer names (bytes of a body it keeps), or None when it
+    names none a client can use (absent, not a whole number: the header is the server's word, read
+    defensively)."""
+    value = (headers.get("Ping-Body-Limit") or "").strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 12:
+        return None
+    return min(int(value), MAX_PING_BODY_LIMIT)
+
+
+def fit_body(text: str, limit: int) -> bytes:
+    """``text`` as a ping body the server keeps whole: a server keeps the first ``limit`` bytes
+    of a body, and the end of a job's output is where its error is, so a longer text loses its
+    beginning instead, and one first line says how much went (docs/operating.md "Telling someone")."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data
+    start = 0
+    while True:  # the line names the number it cuts, so its length grows with it: a few rounds
+        line = (f"[lockrun: the first {start} of {len(data)} bytes of this output were cut to fit the"
+                f" server's Ping-Body-Limit of {limit} bytes]\n").encode()
+        need = len(data) - max(0, limit - len(line))
+        while need < len(data) and data[need] & 0xC0 == 0x80:  # never half a UTF-8 character
+            need += 1
+        if need <= start:
+            break
+        start = need
+    return line + data[start:] if len(line) <= limit else line[:limit]
+
 
 def ping_url(base: str, event: str, run_id: str) -> str:
     """``URL/start``, ``URL``, ``URL/<exit code>`` or ``URL/fail``, with ``?rid=RUN_ID``."""
@@ -218,23 +260,32 @@ def ping_event(status: str, exit_code: int | None, signal: int | None) -> str:
 class StartPing:
     """The start ping, sent beside the command so a slow endpoint never delays it; it has
     DELIVERY_BUDGET from its start, and what is left of it at the run's end counts against the
-    end's deadline like every other delivery."""
+    end's deadline like every other delivery. Its answer's ``Ping-Body-Limit`` says how much of
+    a body the server keeps: the later pings of the run fit theirs to it."""
 
     def __init__(self, base: str, run_id: str) -> None:
         import urllib.request  # noqa: F401 - imported here, not in the thread: see Delivery.run_ended
 
         url = ping_url(base, "start", run_id)
         deadline = time.monotonic() + DELIVERY_BUDGET
-        self.sending = Sending(redact_endpoint(base), lambda: post(url, b"", "text/plain", deadline),
+        self.body_limit: int | None = None
+
+        def answered(headers: Mapping[str, str]) -> None:
+            self.body_limit = body_limit_of(headers)
+
+        self.sending = Sending(redact_endpoint(base), lambda: post(url, b"", "text/plain", deadline, answered),
                                what="start ping", thread_name="lockrun-ping")
 
     def wait(self, deadline: float) -> str | None:
         return self.sending.result(deadline)
 
 
-def send_ping(base: str, event: str, run_id: str, body: str | None, deadline: float | None = None) -> str | None:
-    return post(ping_url(base, event, run_id), (body or "").encode("utf-8", "replace"), "text/plain; charset=utf-8",
-                deadline)
+def send_ping(base: str, event: str, run_id: str, body: str | None, deadline: float | None = None,
+              body_limit: int | None = None) -> str | None:
+    """One ping, its body cut to what the server keeps (``body_limit``: the start ping's
+    ``Ping-Body-Limit``; none known: DEFAULT_PING_BODY_LIMIT), keeping the end."""
+    limit = DEFAULT_PING_BODY_LIMIT if body_limit is None else body_limit
+    return post(ping_url(base, event, run_id), fit_body(body or "", limit), "text/plain; charset=utf-8", deadline)
 
 
 #: What a webhook says of the holder that kept a run out: never its owner token, with which
@@ -248,7 +299,7 @@ class Delivery:
 
     def __init__(
         self,
-        run_id: str,
+        run_id: str,  # the first attempt's: the start ping and the end ping carry one rid
         *,
         ping_url: str | None = None,
         ping_on_busy: bool = False,
@@ -283,7 +334,8 @@ class Delivery:
             def ping() -> str | None:
                 # After the start ping, which healthchecks pairs with the runs it shows.
                 failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
-                failures.append(send_ping(base, "log", self.run_id, line, deadline))
+                failures.append(send_ping(base, "log", self.run_id, line, deadline,
+                                          start.body_limit if start is not None else None))
                 return "; ".join(failure for failure in failures if failure) or None
 
             self._slow_sendings.append(Sending(redact_endpoint(base), ping, what="log ping",
@@ -318,7 +370,8 @@ class Delivery:
                 # The end ping after the start ping (healthchecks pairs them by rid, in order), but
                 # never without one full attempt of its own: a missing end ping is what alerts.
                 failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
-                failures.append(send_ping(base, event, self.run_id, body, deadline))
+                failures.append(send_ping(base, event, self.run_id, body, deadline,
+                                          start.body_limit if start is not None else None))
                 return "; ".join(failure for failure in failures if failure) or None
 
             sendings.append(Sending(redact_endpoint(base), ping))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -46,6 +45,7 @@ from lockrun.core.defaults import (
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
+from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
@@ -143,7 +143,7 @@ class Run:
 
         self.report: Report = say
         self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
-        self.run_id = uuid.uuid4().hex
+        self.run_id = new_run_id()  # a dashed UUID: the one format of every run id (core/run_ids)
         self.first_run_id = self.run_id  # --retry: every attempt's row names the first one's run id
         self._record = RunRecord(
             run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
@@ -447,7 +447,7 @@ class Run:
 
     def _next_attempt(self, attempt: int, lease_client: LeaseClient) -> None:
         """The next attempt's run id and ledger row "running" (it is the run's row from now on)."""
-        self.run_id = uuid.uuid4().hex
+        self.run_id = new_run_id()
         lease_client.run_id = self.run_id  # what the holder record and the fleet's open entry name
         record = self._record._replace(run_id=self.run_id, started_at=utc_now_iso(), attempt=attempt,
                                        first_run_id=self.first_run_id)

@@ -2,16 +2,27 @@
 cron, as ``lockrun[PID]: name=... run_id=... status=...``, so that a log pipeline sees every run
 without reading SQLite (docs/operating.md "Output").
 
-The standard library's :class:`logging.handlers.SysLogHandler` sends it, not the ``syslog``
-module: both speak to the local syslog socket, but only the handler takes the socket's path, so
-``LOCKRUN_SYSLOG_SOCKET`` (default ``/dev/log``) can point it elsewhere: a container's mounted
-socket, or a test's. A syslog that cannot be reached is one warning, never a failed run.
+The datagram is what logger(1) sends (util-linux: its ``syslog_local_header``, ``--rfc3164`` and
+``--rfc5424``), chosen by ``LOCKRUN_SYSLOG_FORMAT``:
+
+- ``local`` (the default), what logger(1) and syslog(3) send to the local socket:
+  ``<PRI>Dec  6 01:02:03 lockrun[PID]: MSG``. The receiving daemon adds this host's name (it runs
+  on this host); the line's ``host=`` field names it too. rsyslog's and journald's local sockets
+  read a host name in a datagram as the tag, so none is sent there by default.
+- ``rfc5424``: ``<PRI>1 2026-12-06T01:02:03.123456+01:00 HOST lockrun PID - - MSG``: for a socket
+  that relays to another host (a container's mounted socket), whose syslog should keep this
+  host's name and the full time; ``rfc3164``: ``<PRI>Dec  6 01:02:03 HOST lockrun[PID]: MSG``.
+
+``LOCKRUN_SYSLOG_SOCKET`` (default ``/dev/log``) names the socket: a container's mounted socket,
+or a test's. A syslog that cannot be reached is one warning, never a failed run.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import time
 from typing import Any
 
 from lockrun.core.errors import Report
@@ -19,6 +30,17 @@ from lockrun.core.errors import Report
 #: Where the line goes: the local syslog socket, unless the environment names another.
 SYSLOG_SOCKET_ENV = "LOCKRUN_SYSLOG_SOCKET"
 DEFAULT_SYSLOG_SOCKET = "/dev/log"
+#: Which header the line has (the module's docstring): local, rfc3164 or rfc5424.
+SYSLOG_FORMAT_ENV = "LOCKRUN_SYSLOG_FORMAT"
+SYSLOG_FORMATS = ("local", "rfc3164", "rfc5424")
+#: syslog's facility cron (9) and the severities lockrun uses (RFC 5424 section 6.2.1).
+FACILITY_CRON = 9
+WARNING, NOTICE, INFO = 4, 5, 6
+#: Finished runs whose line is informational; a paused skip, asked for by an operator, is a
+#: notice; everything else (failed, timeout, lost, error, ...) a warning.
+INFO_STATUSES = ("succeeded", "duplicate", "busy")
+NOTICE_STATUSES = ("paused",)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 #: The fields, in this order (docs/operating.md "Output").
 FIELDS = ("name", "run_id", "status", "exit_status", "duration_s", "host", "attempt")
 _PLAIN = re.compile(r"[A-Za-z0-9._:@/+-]+")
@@ -46,28 +68,55 @@ def run_line(row: dict[str, Any], attempt: int) -> str:
     return " ".join(f"{key}={field_value(values.get(key))}" for key in FIELDS)
 
 
-def send_run(row: dict[str, Any], *, attempt: int, report: Report) -> None:
-    """Send the run's line (a failed run at priority warning, others at info); a failure is one warning."""
-    import logging
-    import logging.handlers
+def severity_of(status: object) -> int:
+    return INFO if status in INFO_STATUSES else NOTICE if status in NOTICE_STATUSES else WARNING
 
-    class RaisingHandler(logging.handlers.SysLogHandler):
-        def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
-            raise  # noqa: PLE0704 - inside emit's except: the error goes to the caller, not stderr
+
+def datagram(message: str, severity: int, form: str, now: float, pid: int, host: str) -> bytes:
+    """The whole datagram for ``message`` in ``form`` (SYSLOG_FORMATS), stamped ``now`` in this
+    host's local time, as logger(1) writes each form."""
+    priority = f"<{FACILITY_CRON * 8 + severity}>"
+    moment = time.localtime(now)
+    if form == "rfc5424":
+        offset = moment.tm_gmtoff or 0
+        zone = f"{'+' if offset >= 0 else '-'}{abs(offset) // 3600:02d}:{abs(offset) % 3600 // 60:02d}"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", moment) + f".{int(now % 1 * 1_000_000):06d}{zone}"
+        return f"{priority}1 {stamp} {host or '-'} lockrun {pid} - - {message}".encode("utf-8", "replace")
+    # RFC 3164's TIMESTAMP: English month, space-padded day, whatever the locale.
+    stamp = f"{_MONTHS[moment.tm_mon - 1]} {moment.tm_mday:2d} {time.strftime('%H:%M:%S', moment)}"
+    origin = f" {host}" if form == "rfc3164" and host else ""
+    return f"{priority}{stamp}{origin} lockrun[{pid}]: {message}".encode("utf-8", "replace")
+
+
+def send_run(row: dict[str, Any], *, attempt: int, report: Report) -> None:
+    """Send the run's line (severity_of its status); a failure is one warning."""
+    import socket
+
+    from lockrun.system.host import hostname
 
     address = os.environ.get(SYSLOG_SOCKET_ENV) or DEFAULT_SYSLOG_SOCKET
-    line = run_line(row, attempt)
-    level = logging.INFO if row.get("status") in ("succeeded", "duplicate", "busy") else logging.WARNING
-    try:
-        handler = RaisingHandler(address=address, facility=logging.handlers.SysLogHandler.LOG_CRON)
-    except OSError as exc:
-        report("warn", f"--syslog: cannot reach syslog at {address} ({exc.strerror or exc})")
-        return
-    try:
-        handler.ident = f"lockrun[{os.getpid()}]: "
-        handler.append_nul = False  # as syslog(3) sends it
-        handler.emit(logging.LogRecord("lockrun", level, __file__, 0, line, None, None))
-    except OSError as exc:
-        report("warn", f"--syslog: cannot write to syslog at {address} ({exc.strerror or exc})")
-    finally:
-        handler.close()
+    form = os.environ.get(SYSLOG_FORMAT_ENV) or "local"
+    if form not in SYSLOG_FORMATS:
+        report("warn", f"--syslog: {SYSLOG_FORMAT_ENV}={form!r} is none of {', '.join(SYSLOG_FORMATS)}; using local")
+        form = "local"
+    data = datagram(run_line(row, attempt), severity_of(row.get("status")), form, time.time(), os.getpid(),
+                    hostname())
+    # A datagram socket, as syslog(3) prefers; a stream socket (some systems' /dev/log) takes the
+    # line with a NUL after it, as syslog(3) sends it there.
+    for kind, ending in ((socket.SOCK_DGRAM, b""), (socket.SOCK_STREAM, b"\0")):
+        try:
+            with socket.socket(socket.AF_UNIX, kind | socket.SOCK_CLOEXEC) as sock:
+                sock.settimeout(2.0)
+                try:
+                    sock.connect(address)
+                except OSError as exc:
+                    if exc.errno == errno.EPROTOTYPE:
+                        continue
+                    report("warn", f"--syslog: cannot reach syslog at {address} ({exc.strerror or exc})")
+                    return
+                sock.sendall(data + ending)  # one datagram, or the whole line down the stream
+                return
+        except OSError as exc:
+            report("warn", f"--syslog: cannot write to syslog at {address} ({exc.strerror or exc})")
+            return
+    report("warn", f"--syslog: cannot reach syslog at {address} (neither a datagram nor a stream socket)")

@@ -29,6 +29,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 # Group or other may write: the mode bits StrictModes refuses.
@@ -364,6 +365,39 @@ def write_atomically(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class DirectoryBusy(OSError):
+    """:func:`directory_locked` waited its bound and the directory's lock was still taken."""
+
+
+@contextlib.contextmanager
+def directory_locked(directory: Path | str, wait_s: float) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` itself for the block: the writers of one file in it
+    (``--metrics-file``) take turns, whoever they run as, and no lock file is left beside it.
+    Waits ``wait_s`` at most, then raises DirectoryBusy; a filesystem without flock: no lock."""
+    import fcntl
+    import time
+
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + wait_s
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    break  # ENOLCK, EOPNOTSUPP: nothing to take turns with; write as before
+                if time.monotonic() >= deadline:
+                    raise DirectoryBusy(errno.EWOULDBLOCK, f"its directory stayed locked for {wait_s:g}s",
+                                        str(directory)) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 def write_like_a_new_file(path: Path | str, data: bytes) -> None:

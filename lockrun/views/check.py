@@ -44,6 +44,8 @@ SEVERITY = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
 #: How many names' reasons the first line names before "and N more".
 FIRST_LINE_NAMES = 3
 _PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.-]+")
+#: The reason of a name check found nothing about (a free lock of a name nothing else is known of).
+NO_RECORD = "no record"
 _LABEL_UNSAFE = re.compile("[=\u00a6]")
 
 
@@ -78,7 +80,10 @@ class CheckReport(NamedTuple):
     perfdata: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"status": STATE_NAMES[self.state], "exit_code": self.state, "summary": self.first_line,
+        # The summary without its perfdata, which has a field of its own (plugin_text keeps a "|"
+        # out of the text: the first " | " starts the perfdata).
+        summary = self.first_line.partition(" | ")[0]
+        return {"status": STATE_NAMES[self.state], "exit_code": self.state, "summary": summary,
                 "details": list(self.details), "perfdata": self.perfdata,
                 "names": [name.as_json() for name in self.names]}
 
@@ -118,7 +123,16 @@ def check_report(resolved: Settings, names: list[str] | None, max_age_s: float |
         backend.close()
         if book is not None:
             book.close()
-    return judge_all(entries, successes, evicting, names, max_age_s)
+    report = judge_all(entries, successes, evicting, names, max_age_s)
+    if names is None and not any(check.reasons != (NO_RECORD,) for check in report.names) and not evicting:
+        # Nothing to judge is no OK: a monitoring user whose settings are not the jobs' (another
+        # state directory, no Redis URL) would see a green check for ever.
+        where = (f"redis {resolved.backend_where}" if resolved.redis_url
+                 else f"the local backend in {resolved.state_dir}")
+        return unknown(f"nothing to check: no run, lock, pause or declaration in the ledger {resolved.ledger_path}"
+                       f" or {where}; name the jobs, or give check the settings their runs use (--ledger,"
+                       " --redis-url, LOCKRUN_STATE_DIR)")
+    return report
 
 
 def last_successes(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -163,7 +177,7 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
     first = entries[0] if entries else None
     if first is None or not any((first["last_run"], first["cadence"], first["paused"],
                                  any(entry["state"] != "free" for entry in entries))):
-        reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else "no record"
+        reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else NO_RECORD
         return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
     cadence = first["cadence"]
     critical_age = _critical_age(cadence, max_age_s)
@@ -243,11 +257,15 @@ def _label(name: str) -> str:
 
 
 def perfdata(checks: list[NameCheck]) -> str:
-    """``name_age=97200s;;86700`` per name with a known last success (the Nagios perfdata syntax)."""
+    """``name_age=97200s;;86700;0`` per name judged: seconds since its last success, no warning
+    threshold, the critical age where one is known, and the minimum 0 (the Nagios plugin
+    guidelines' ``'label'=value[UOM];[warn];[crit];[min];[max]``). A name with no success known
+    gets ``U`` ("the actual value couldn't be determined"), so its graph shows a gap, not 0."""
     parts = []
     for check in checks:
-        if check.age_s is None:
+        if check.reasons == (NO_RECORD,):
             continue
-        critical = f";;{check.critical_age_s:.0f}" if check.critical_age_s is not None else ""
-        parts.append(f"{_label(check.name)}={check.age_s:.0f}s{critical}")
+        value = f"{check.age_s:.0f}s" if check.age_s is not None else "U"
+        critical = f"{check.critical_age_s:.0f}" if check.critical_age_s is not None else ""
+        parts.append(f"{_label(check.name)}={value};;{critical};0")
     return " ".join(parts)

@@ -17,6 +17,7 @@ from lockrun.core.clock import age_s, human_duration, reading_clock, utc_now_iso
 from lockrun.core.errors import LedgerError
 from lockrun.core.printable import command_line
 from lockrun.core.record import Status
+from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import Ledger, RunRecord
 from lockrun.system import host
 from lockrun.views.status import proven_dead_reason, stale_heartbeat_reason
@@ -120,7 +121,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
         f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
     )
     record = RunRecord(
-        run_id=os.urandom(16).hex(),
+        run_id=new_run_id(),
         name=inspection.name,
         command=argv,
         backend=backend.name,

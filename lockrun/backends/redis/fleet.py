@@ -22,6 +22,7 @@ from lockrun.backends.redis.replies import pairs, text
 from lockrun.backends.values import FleetEvent as Event
 from lockrun.backends.values import FleetRetention, PageRequest
 from lockrun.core.readers import text_of
+from lockrun.core.run_ids import run_id_digits
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -44,13 +45,14 @@ Pipe = TypeVar("Pipe", bound=Batch)
 
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
-# whose run id (``run_id``, or ``r`` in the compact layout) starts with ARGV[1], and the ``last``
-# hash if it describes such a run (for its output tail). Scanning happens in Redis, so only the
-# matches cross the network; pages keep each call short, so a long stream never holds up the
-# renewals of every other host.
+# whose run id (``run_id``, or ``r`` in the compact layout) starts with the hex digits ARGV[1]
+# (dashes ignored: core/run_ids), and the ``last`` hash if it describes such a run (for its
+# output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
+# each call short, so a long stream never holds up the renewals of every other host.
 # KEYS: runs, last. ARGV: run id prefix, "+" or "(ID", page size.
 # Returns {entries, last-as-flat-list or {}, ID of the page's oldest entry or "" at the end}.
 FIND_RUN_SCRIPT = """
+local function digits(id) return (string.gsub(id, '%-', '')) end
 local found = {}
 local ok, entries = pcall(redis.call, 'XREVRANGE', KEYS[1], ARGV[2], '-', 'COUNT', ARGV[3])
 if not ok then
@@ -60,7 +62,7 @@ for _, entry in ipairs(entries) do
   local fields = entry[2]
   for i = 1, #fields - 1, 2 do
     if fields[i] == 'run_id' or fields[i] == 'r' then
-      if string.sub(fields[i + 1], 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
+      if string.sub(digits(fields[i + 1]), 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
       break
     end
   end
@@ -68,7 +70,7 @@ end
 local last = {}
 if #found > 0 then
   local got, run_id = pcall(redis.call, 'HGET', KEYS[2], 'run_id')
-  if got and type(run_id) == 'string' and string.sub(run_id, 1, #ARGV[1]) == ARGV[1] then
+  if got and type(run_id) == 'string' and string.sub(digits(run_id), 1, #ARGV[1]) == ARGV[1] then
     last = redis.call('HGETALL', KEYS[2])  -- HGET worked: it is a hash
   end
 end
@@ -215,7 +217,8 @@ class RedisFleetRecord:
                 if reply[2]:
                     cursors[name] = f"({text(reply[2])}"
         for name, opened in self.opens(names).items():  # runs in progress, with a start only
-            matched = [event for event in opened if text_of(event[1].get("run_id", "")).startswith(run_id_prefix)]
+            matched = [event for event in opened
+                       if run_id_digits(text_of(event[1].get("run_id", ""))).startswith(run_id_digits(run_id_prefix))]
             if matched:
                 events.setdefault(name, []).extend(matched)
         return [(name, events[name], lasts.get(name, {})) for name in names if name in events]
@@ -223,7 +226,7 @@ class RedisFleetRecord:
     def _find_page(self, pages: list[tuple[LockKeys, str]], run_id_prefix: str) -> list[Any]:
         """One FIND_RUN_SCRIPT call per (keys, cursor): pipelined, or one by one on a Cluster,
         whose pipelines cannot carry scripts."""
-        args = (run_id_prefix,)
+        args = (run_id_digits(run_id_prefix),)
         client = self._client
         if not isinstance(client, redis.RedisCluster):
             return self._batched(pages, lambda pipe, page: pipe.eval(

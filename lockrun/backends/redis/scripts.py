@@ -58,7 +58,7 @@ ACQUIRE_PIECES = ACQUIRE_REPLIES_LUA + FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HE
 # FLUSHALL, as long as the server clocks do not (µs since 1970 fit a Lua double exactly). INCRBY 0
 # reads the counter and fails, as INCR did, on one that is no number: never reset.
 ACQUIRE_SCRIPT = ACQUIRE_PIECES + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[6])
 if refusal then return refusal end
@@ -123,7 +123,7 @@ return {BUSY, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 # KEYS: lock, info, preempt. ARGV: token, ttl_ms, child_pid.
 # Returns 1 renewed, 2 renewed but another run asked to replace us (--replace), 0 lost.
 RENEW_SCRIPT = HEARTBEAT_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('HSET', KEYS[2], 'child_pid', ARGV[3])
@@ -150,7 +150,7 @@ return 0
 # memory (DEL, PEXPIRE), so that a full noeviction server, which refuses a script whose first
 # write would need memory, still lets the release mark the key done.
 RELEASE_SCRIPT = FLEET_END_LUA + RELEASE_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   released = 1
@@ -176,7 +176,7 @@ return released
 # ARGV: token, ttl_ms, slotted, n, n holder field/value pairs, then the record (FLEET_END_LUA)
 # from ARGV[5 + 2n]. Returns 1 renewed, 2 renewed but preempted (--replace), 0 lost.
 ATTEMPT_OVER_SCRIPT = FLEET_END_LUA + HEARTBEAT_LUA + ATTEMPT_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local kept = renewed_for_attempt(5)
 record_end(KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], 5 + 2 * tonumber(ARGV[4]), kept > 0 and 1 or 0)
 return kept
@@ -188,7 +188,7 @@ return kept
 # ARGV: token, ttl_ms, slotted, n, keep_ms, fence, slots, n holder field/value pairs, then the
 # start's field/value pairs (record_start). Returns 1 renewed, 2 renewed but preempted, 0 lost.
 ATTEMPT_BEGINS_SCRIPT = FLEET_START_LUA + HEARTBEAT_LUA + ATTEMPT_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local kept = renewed_for_attempt(8)
 if kept > 0 then
   record_start(KEYS[4], KEYS[5], ARGV[5], tonumber(ARGV[6]), 8 + 2 * tonumber(ARGV[4]), fleet_now(), tonumber(ARGV[7]))
@@ -217,7 +217,7 @@ return 0
 # {0, ms until the soonest holder expires, its info}.
 # The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
 SLOTS_ACQUIRE_SCRIPT = ACQUIRE_PIECES + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local evicts = eviction()
 local refusal = refused(evicts, ARGV[7])
 if refusal then return refusal end
@@ -277,7 +277,7 @@ return {TAKEN, fence, evicting_policy(evicts), pause_problem(pause)}
 # the heartbeat with the server's TIME (HEARTBEAT_LUA).
 # KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, child_pid. Returns 1 or 0.
 SLOTS_RENEW_SCRIPT = HEARTBEAT_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -304,7 +304,7 @@ return 1
 # expired (by Redis' clock) even if nobody swept it yet, as a plain lock's key would have.
 # The slot goes first, as in RELEASE_SCRIPT (ZREM may not grow memory).
 SLOTS_RELEASE_SCRIPT = FLEET_END_LUA + RELEASE_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local released = 0
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
@@ -525,7 +525,7 @@ return cjson.encode({out, t})
 # the paused key again: none). ARGV: for_ms or '', until_ms or '', who, where, reason, keep_ms.
 # Returns {1, the pause as a flat list}, or {0, now_ms} when its end is not after the server's now.
 PAUSE_SCRIPT = FLEET_COMMON_LUA + HEARTBEAT_LUA + """
-redis.replicate_commands()
+if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local until_ms = tonumber(ARGV[2])
