@@ -10,7 +10,7 @@ import sys
 import click
 
 # The commands register themselves with the group as they are imported.
-from lockrun.cli import check, completion, locks, pausing, records, run, timeline  # noqa: F401
+from lockrun.cli import check, completion, doctor, locks, pausing, records, run, timeline  # noqa: F401
 from lockrun.cli.group import cli
 from lockrun.cli.output import say
 from lockrun.core.errors import ExitCode, LockrunError
@@ -18,7 +18,7 @@ from lockrun.core.errors import ExitCode, LockrunError
 # The order the man page and the README list them in: a run, its locks, then its records.
 cli.commands = {name: cli.commands[name]
                 for name in ("run", "status", "check", "unlock", "pause", "resume", "history", "timeline", "prune",
-                             "show", "metrics", "completion")}
+                             "show", "metrics", "doctor", "completion")}
 
 
 def _one_line(exc: click.ClickException) -> str:
