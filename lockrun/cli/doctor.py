@@ -15,7 +15,7 @@ from lockrun.core.errors import LockrunError
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--probe", is_flag=True,
-              help="Also try the lease operations live on a scratch name (<prefix>doctor:HOST:PID:…): two holders,"
+              help="Also try the lease operations live on a scratch name (<prefix>doctor:HOST:PID:...): two holders,"
                    " a renewal, the fencing token, a hand-over; every key it wrote is removed.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {verdict, checks: [{check, status, detail, fix}]}.")
