@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from lockrun.backends.audit import BackendAudit
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import (
     Duplicate,
@@ -20,6 +19,9 @@ from lockrun.backends.values import (
     PageRequest,
     TooSoon,
 )
+
+if TYPE_CHECKING:  # what doctor reads: not imported by a run
+    from lockrun.backends.audit import BackendAudit
 
 
 class FleetSource(Protocol):

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockrun.backends.audit import BackendAudit
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
 from lockrun.backends.local.pauses import LocalPauses
@@ -54,8 +54,10 @@ from lockrun.core.clock import parse_iso, utc_now_iso
 from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
 from lockrun.core.printable import printable
 from lockrun.core.zones import MAX_ZONE_NAME
-from lockrun.system.directory import directory_facts
 from lockrun.system.safefs import UnsafePath, write_atomically
+
+if TYPE_CHECKING:  # what doctor reads: not imported by a run
+    from lockrun.backends.audit import BackendAudit
 
 ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
 
@@ -403,6 +405,9 @@ class LocalBackend:
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
         """The state directory and its lock directory as they are (docs/operating.md "lockrun doctor"):
         kernel locks on this host have nothing else to audit, and nothing to probe."""
+        from lockrun.backends.audit import BackendAudit
+        from lockrun.system.directory import directory_facts
+
         return BackendAudit("local", str(self.state_dir), directories=(
             directory_facts(self.state_dir, "the state directory"),
             directory_facts(self.files.locks_dir, "the local lock directory"),
