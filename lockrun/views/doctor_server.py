@@ -301,17 +301,19 @@ def clock(facts: ServerFacts, context: Context) -> Check:
                  "keep this host's clock on NTP (timedatectl set-ntp true, or chrony/ntpd)")
 
 
-def commands(facts: ServerFacts) -> Check | None:
-    """Commands lockrun sends that the server does not know (renamed or disabled); None when it
-    cannot say (the acl check then says it could not ask)."""
-    unknown: list[str]
-    if isinstance(facts.unknown_commands, Unread):
-        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and _not_found(trial)})
-        if not facts.acl.trials:
-            return None
-    else:
-        unknown = list(facts.unknown_commands)
+def commands(facts: ServerFacts) -> Check:
+    """Commands lockrun sends that the server does not know (renamed or disabled): COMMAND INFO
+    says, or else the ACL's answers, when they cover every command."""
     runs_need = {need.command: need.runs for need in facts.acl.needed}
+    unknown: list[str]
+    if not isinstance(facts.unknown_commands, Unread):
+        unknown = list(facts.unknown_commands)
+    elif facts.acl.unread is None and {trial.command for trial in facts.acl.trials} >= set(runs_need):
+        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and _not_found(trial)})
+    else:
+        return Check("commands", WARN, unread_text("which commands the server knows", Unread(
+            f"COMMAND INFO: {facts.unknown_commands.why}")), "let lockrun's user run COMMAND INFO, or make sure no"
+                     " rename-command line names a command lockrun sends (docs/redis.md)")
     if not unknown:
         return Check("commands", OK, f"the server knows every command lockrun sends ({len(runs_need)})")
     for_runs = [command for command in unknown if runs_need.get(command, True)]
@@ -372,7 +374,7 @@ def acl(facts: AclFacts, prefix: str) -> Check:
         # Every key lockrun writes starts with the prefix: one pattern covers them, the registry included.
         rules.append("~" + "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*")
     if facts.unread:
-        problems.append(f"could not ask about every command ({said(facts.unread)})")
+        problems.append(f"could not ask about every command: {said(facts.unread)}")
     if unasked:
         problems.append(f"could not ask about {', '.join(unasked)}")
     if not problems:

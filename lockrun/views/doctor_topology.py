@@ -59,8 +59,9 @@ def probe_check(facts: ProbeFacts | None) -> Check:
         return Check("probe", OK, "nothing to try live: local locks are this host's kernel locks, and the checks above"
                                   " cover their directory")
     name = f"{facts.scratch}{{probe}}"
-    left = (f"; it could not remove {', '.join(facts.left)}" if facts.left else "")
-    cleanup_fix = f"remove them by hand: redis-cli --scan --pattern '{facts.scratch}*' | xargs redis-cli del"
+    left = (f"; what it wrote may be left: {', '.join(facts.left)}" if facts.left else "")
+    cleanup_fix = (f"look, with a client that may, and remove what is there: redis-cli --scan --pattern"
+                   f" '{facts.scratch}*' | xargs redis-cli del")
     if facts.failure:
         fix = "see the checks above; lockrun's runs would fail the same way"
         if "no permissions to access" in facts.failure:

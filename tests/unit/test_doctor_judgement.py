@@ -155,6 +155,14 @@ def test_unknown_commands() -> None:
     assert gone is not None and gone.status == "fail" and "rename-command" in (gone.fix or "")
     reads = judge.commands(server(unknown_commands=("SCAN",)))
     assert reads is not None and reads.status == "warn"
+    # COMMAND INFO refused, and the ACL asked about EVAL alone: which commands exist is unknown, never OK.
+    refused = server(unknown_commands=DENIED, acl=AclFacts("u", "EVAL", (AclTrial("EVAL", None, False, "NOPERM"),),
+                                                            unread="EVAL and ACL DRYRUN refused", needed=NEEDED))
+    assert judge.commands(refused).status == "warn"
+    dryrun = (AclTrial("EVAL", None, True), AclTrial("HSET", "k", True), AclTrial("SCAN", None, True),
+              AclTrial("BLPOP", "k", None, "ERR Command 'blpop' not found"))
+    asked = judge.commands(server(unknown_commands=DENIED, acl=AclFacts("u", "ACL DRYRUN", dryrun, needed=NEEDED)))
+    assert asked.status == "fail" and "BLPOP" in asked.detail
 
 
 def test_sentinels_and_clusters() -> None:

@@ -145,7 +145,7 @@ def _asked(raw: RawCalls, needed: list[Need], keys: tuple[str, ...], url_user: s
         return AclFacts(user, "redis.acl_check_cmd", tuple(scripted))
     if isinstance(scripted, str):  # EVAL refused: every run fails; nothing else can be asked
         return AclFacts(user, "EVAL", (AclTrial("EVAL", None, False, scripted),),
-                        unread="the other commands could not be asked about (ACL DRYRUN refused too)")
+                        unread="with EVAL refused, only ACL DRYRUN could say, and it is refused too")
     return _by_getuser(raw, user)
 
 

@@ -225,6 +225,6 @@ def run_probe(connection: RedisConnection, make: Scratch, ttl: float) -> ProbeFa
             written, left = _clean(connection, scratch)
             steps.facts = steps.facts._replace(written=written, left=left, keys_after=_count_keys(connection))
         except REDIS_ERRORS as exc:
-            not_removed = f"{scratch}* (not removed: {connection.unavailable(exc)})"
-            steps.facts = steps.facts._replace(left=(not_removed,))
+            unlooked = f"{scratch}* (it could not look for them: {connection.unavailable(exc)})"
+            steps.facts = steps.facts._replace(left=(unlooked,))
     return steps.facts
