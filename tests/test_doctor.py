@@ -293,6 +293,11 @@ def test_valkey_is_audited_too(tmp_path, monkeypatch):
         server.client().config_set("maxmemory-policy", "allkeys-lfu")
         code, checks, text = doctor(env_for(tmp_path, server.url))
         assert code == 2 and checks["eviction"][0]["status"] == "fail", text
+        # A user without ACL DRYRUN: Valkey's redis.acl_check_cmd answers for it.
+        server.client().execute_command("ACL", "SETUSER", "app", "on", ">pw", "~lockrun:{*", "+@all", "-acl", "-blpop")
+        code, checks, text = doctor(env_for(tmp_path, server.url.replace("unix://", "unix://app:pw@")))
+        (acl,) = checks["acl"]
+        assert acl["status"] == "fail" and "BLPOP (--wait)" in acl["detail"] and "lockrun:names" in acl["detail"], acl
     finally:
         server.cleanup()
 
