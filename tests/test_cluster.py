@@ -258,8 +258,8 @@ def test_once_every_and_the_skips_list_on_a_cluster(cluster_env, cluster, tmp_pa
 
 
 def test_doctor_audits_every_master(cluster_env, cluster):
-    """docs/operating.md "lockrun doctor": each master a name may land on is checked, one line per check
-    each, and --probe's scratch keys (in several slots) are all removed."""
+    """docs/operating.md "Checking the setup: lockrun doctor": each master a name may land on is
+    checked, one line per check each, and --probe's scratch keys (in several slots) are all removed."""
     wait_until(lambda: all(len(section) > 3 for section in tcp_reply(cluster[0], "CLUSTER", "SLOTS", default=[[]])),
                timeout=30, what="CLUSTER SLOTS to list every master's replica")
     result = run_lockrun(cluster_env, "doctor", "--json", "--probe")

@@ -1,5 +1,5 @@
-"""``lockrun doctor`` against real servers started here (docs/operating.md "lockrun doctor"): a
-well-configured Redis and Valkey are all OK (exit 0); each bad configuration gives its WARN or
+"""``lockrun doctor`` against real servers started here (docs/operating.md "Checking the setup:
+lockrun doctor"): a well-configured Redis and Valkey are all OK (exit 0); each bad configuration gives its WARN or
 FAIL line with its fix and exit code; a server that cannot be asked is exit 3; ``--probe`` leaves
 every key as it found it and writes nothing outside its scratch prefix."""
 

@@ -151,8 +151,9 @@ def test_with_replicas_the_promoted_replica_has_the_lease(local_env, sentinels, 
 
 
 def test_doctor_audits_the_master_the_sentinels_name(local_env, sentinels):
-    """docs/operating.md "lockrun doctor": the Sentinels answer, the master is the one audited, and its
-    replica without min-replicas-to-write or lockrun's replicas setting is a WARN; --probe goes through."""
+    """docs/operating.md "Checking the setup: lockrun doctor": the Sentinels answer, the master is
+    the one audited, and its replica without min-replicas-to-write or lockrun's replicas setting is
+    a WARN; --probe goes through."""
     env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
     result = run_lockrun(env, "doctor", "--json", "--probe")
     assert result.returncode == 1, result.stdout + result.stderr

@@ -1,5 +1,6 @@
-"""What ``lockrun doctor`` reads of a backend (docs/operating.md "lockrun doctor"): plain values
-that ``Backend.audit`` gathers and ``views/doctor.py`` judges. Nothing here says OK or FAIL.
+"""What ``lockrun doctor`` reads of a backend (docs/operating.md "Checking the setup: lockrun
+doctor"): plain values that ``Backend.audit`` gathers and ``views/doctor.py`` judges. Nothing here
+says OK or FAIL.
 
 A value the server would not give (a command renamed, denied by an ACL, unknown to this kind of
 server) is an :class:`Unread` carrying the server's own words, never a default that would read

@@ -136,9 +136,10 @@ class Backend(Protocol):
         so a --slots lock may appear several times, and a cooling one appears too."""
 
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
-        """What ``lockrun doctor`` judges, read without changing anything (docs/operating.md "lockrun
-        doctor"): Redis, its deployment and every master a name may land on; the local backend, its
-        state and lock directories. With ``probe_ttl``, the lease operations are also tried live on a
-        scratch name with that TTL, and everything they wrote removed (Redis only)."""
+        """What ``lockrun doctor`` judges, read without changing anything (docs/operating.md
+        "Checking the setup: lockrun doctor"): Redis, its deployment and every master a name may
+        land on; the local backend, its state and lock directories. With ``probe_ttl``, the lease
+        operations are also tried live on a scratch name with that TTL, and everything they wrote
+        removed (Redis only)."""
 
     def close(self) -> None: ...

@@ -1,6 +1,6 @@
 """``lockrun doctor``: is the backend a run would use, and this host, safe for leases?
-(docs/operating.md "lockrun doctor"). ``views/doctor`` asks and judges; here the report is
-printed, and its verdict is the exit code."""
+(docs/operating.md "Checking the setup: lockrun doctor"). ``views/doctor`` asks and judges; here
+the report is printed, and its verdict is the exit code."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def doctor(ctx: click.Context, probe: bool, as_json: bool) -> NoReturn:
         sys.stdout.flush()
     except OutputFailed as exc:
         # The verdict is the exit code: a reader gone early still gets it; a report that could not
-        # be written out is "could not check" (docs/operating.md "lockrun doctor").
+        # be written out is "could not check" (docs/operating.md "Checking the setup: lockrun doctor").
         if not exc.broken_pipe:
             click.echo(f"lockrun: {exc.reason}", err=True)
             ctx.exit(EXIT_CODES["unknown"])

@@ -1,5 +1,5 @@
-"""``lockrun doctor``'s report: one line per check, or the JSON the contract names
-(docs/operating.md "lockrun doctor"). Plain text: the report is read by people and by grep."""
+"""``lockrun doctor``'s report: one line per check, or its JSON (docs/operating.md "Checking the
+setup: lockrun doctor"). Plain text: the report is read by people and by grep."""
 
 from __future__ import annotations
 

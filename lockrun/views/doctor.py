@@ -1,5 +1,6 @@
 """``lockrun doctor``: is the backend a run would use, and this host, safe for leases?
-(docs/operating.md "lockrun doctor", docs/redis.md "What lockrun needs of Redis").
+(docs/operating.md "Checking the setup: lockrun doctor", docs/redis.md "What lockrun needs of
+Redis").
 
 The backend is the one ``run`` would open (the same settings, resolved the same way); it
 gathers its facts read-only (``Backend.audit``) and this module judges them, one Check each:
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from lockrun.backends.audit import BackendAudit, ServerFacts
 from lockrun.core.errors import BackendUnavailable, LockrunError
 from lockrun.views import doctor_server as judge
-from lockrun.views.doctor_check import FAIL, OK, SEVERITY, WARN, Check, seconds_text
+from lockrun.views.doctor_check import FAIL, OK, SEVERITY, Check, seconds_text
 from lockrun.views.doctor_host import directory_check
 from lockrun.views.doctor_topology import probe_check, topology_check
 
@@ -122,5 +123,3 @@ def doctor_report(settings: Settings, probe: bool) -> DoctorReport:
             backend.close()
     return judge_audit(audit, settings, probe)
 
-
-__all__ = ["OK", "WARN", "FAIL", "DoctorReport", "cannot_check", "doctor_report", "judge_audit"]

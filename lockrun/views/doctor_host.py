@@ -1,5 +1,6 @@
 """``lockrun doctor``'s judgement of this host's directories: the state directory (the ledger, and
-the local backend's locks) and its lock directory (docs/operating.md "lockrun doctor").
+the local backend's locks) and its lock directory (docs/operating.md "Checking the setup: lockrun
+doctor").
 
 What a run refuses (another owner, a mode others may write, an unsafe directory above, a
 read-only file system) is FAIL: the run would exit 69 on the local backend, and lose its ledger

@@ -1,11 +1,12 @@
-"""``lockrun doctor``'s judgement of one Redis server (docs/operating.md "lockrun doctor",
-docs/redis.md "What lockrun needs of Redis"): each function takes what the server said and gives
-one Check. A value the server would not give is a WARN that says so, never an OK; a value that
+"""``lockrun doctor``'s judgement of one Redis server (docs/operating.md "Checking the setup:
+lockrun doctor", docs/redis.md "What lockrun needs of Redis"): each function takes what the server
+said and gives one Check. A value the server would not give is a WARN that says so, never an OK; a value that
 makes runs fail or lets a job run twice is a FAIL.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import NamedTuple
 
@@ -38,12 +39,11 @@ def _field(section: InfoSection, key: str) -> str | None:
 
 
 def _int(value: str | Unread | None) -> int | None:
-    if value is None or isinstance(value, Unread):
+    """A whole number the server wrote in ASCII digits; None for anything else (int() would take
+    other scripts' digits and spaces too)."""
+    if value is None or isinstance(value, Unread) or not re.fullmatch(r"-?[0-9]{1,20}", value):
         return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    return int(value)
 
 
 def _human_bytes(count: int) -> str:

@@ -1,5 +1,5 @@
 """``lockrun doctor``'s judgement of the deployment (a server, Sentinels, a Cluster) and of the
-live probe (docs/operating.md "lockrun doctor")."""
+live probe (docs/operating.md "Checking the setup: lockrun doctor")."""
 
 from __future__ import annotations
 

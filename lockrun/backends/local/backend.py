@@ -403,8 +403,8 @@ class LocalBackend:
         return self.inspection.holders(names)
 
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
-        """The state directory and its lock directory as they are (docs/operating.md "lockrun doctor"):
-        kernel locks on this host have nothing else to audit, and nothing to probe."""
+        """The state directory and its lock directory as they are (docs/operating.md "Checking the
+        setup: lockrun doctor"): kernel locks on this host have nothing else to audit, nor to probe."""
         from lockrun.backends.audit import BackendAudit
         from lockrun.system.directory import directory_facts
 

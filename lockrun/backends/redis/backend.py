@@ -280,7 +280,7 @@ class RedisBackend:
     def close(self) -> None:
         RedisConnection.close(self.connection.client)
 
-    # -- lockrun doctor (docs/operating.md "lockrun doctor") ------------------------------
+    # -- lockrun doctor (docs/operating.md "Checking the setup: lockrun doctor") -------------
 
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
         """The deployment and every master a name may land on, read-only; with ``probe_ttl``, the

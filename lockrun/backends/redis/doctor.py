@@ -1,6 +1,6 @@
 """``Backend.audit`` for Redis: the deployment, every master a name may land on, and (asked for)
-the live probe, gathered read-only (docs/operating.md "lockrun doctor"). ``views/doctor.py``
-judges what this finds.
+the live probe, gathered read-only (docs/operating.md "Checking the setup: lockrun doctor").
+``views/doctor.py`` judges what this finds.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``lockrun doctor --probe``: the lease operations of a run, tried live on a scratch name, then
-every key they wrote removed (docs/operating.md "lockrun doctor").
+every key they wrote removed (docs/operating.md "Checking the setup: lockrun doctor").
 
 Two holders, each on a connection of its own as two hosts would be, go through the very scripts
 a run sends: the first takes the lock, the second finds it busy, the first renews it, the second
