@@ -167,3 +167,9 @@ def test_doctor_audits_the_master_the_sentinels_name(local_env, sentinels):
     result = run_lockrun({**env, "LOCKRUN_REDIS_URL": silent}, "doctor", "--json")
     checks = {check["check"]: check for check in json.loads(result.stdout)["checks"]}
     assert checks["topology"]["status"] == "warn" and "2 of 3 Sentinels" in checks["topology"]["detail"]
+    sentinel_itself = f"redis://127.0.0.1:{sentinels['sentinels'][0]}/0"  # a Sentinel named as if it were Redis
+    result = run_lockrun({**env, "LOCKRUN_REDIS_URL": sentinel_itself}, "doctor", "--json")
+    assert result.returncode == 2, result.stdout + result.stderr
+    checks = {check["check"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["server"]["status"] == "fail" and "redis+sentinel://" in checks["server"]["fix"]
+    assert "eviction" not in checks  # nothing else applies to a Sentinel

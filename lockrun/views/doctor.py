@@ -66,6 +66,8 @@ def _backend_line(settings: Settings) -> Check:
 
 
 def _server_checks(facts: ServerFacts, context: judge.Context, settings: Settings, several: bool) -> list[Check]:
+    if judge.is_sentinel(facts):  # the server line says what to do; the others would only repeat it
+        return [judge.reachable(facts, context), judge.server(facts, context)]
     found = [judge.reachable(facts, context), judge.server(facts, context), judge.eviction(facts, context),
              judge.persistence(facts), judge.appendfsync(facts), judge.role(facts), judge.replicas(facts, context),
              judge.clock(facts, context), judge.commands(facts), judge.acl(facts.acl, settings.prefix)]

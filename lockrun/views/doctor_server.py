@@ -92,6 +92,11 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def is_sentinel(facts: ServerFacts) -> bool:
+    """The URL names a Sentinel itself (redis://SENTINEL): nothing but ``server`` applies to it."""
+    return _mode(facts) == "sentinel"
+
+
 def _mode(facts: ServerFacts) -> str | None:
     for field in ("redis_mode", "server_mode"):
         value = _field(facts.info.get("server", Unread("")), field)
@@ -103,6 +108,10 @@ def _mode(facts: ServerFacts) -> str | None:
 def server(facts: ServerFacts, context: Context) -> Check:
     found = _kind_and_version(facts)
     mode = _mode(facts)
+    if mode == "sentinel":
+        return Check("server", FAIL, "this is a Sentinel, not a Redis server: it holds no keys and runs no scripts",
+                     "name the Sentinels and the service they watch: redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
+                     " (docs/redis.md)")
     if isinstance(facts.script, Unread):
         return Check("server", FAIL, f"scripts cannot run here: EVAL answered {said(facts.script.why)!r}; every lease"
                                      " operation is one script", "let lockrun's user run EVAL (ACL SETUSER USER +eval),"
@@ -225,6 +234,9 @@ def role(facts: ServerFacts) -> Check:
                      "let lockrun's user run INFO or ROLE, or make sure the URL names a master")
     if kind == "master":
         return Check("role", OK, "a master")
+    if kind not in ("slave", "replica"):
+        return Check("role", WARN, f"the server says it is a {said(kind, 20)}, neither a master nor a replica",
+                     "point lockrun at a Redis master, or at the Sentinels that follow it (docs/redis.md)")
     host, port = _field(replication, "master_host"), _field(replication, "master_port")
     of = f"{host}:{port}" if host else (facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1
                                         else "?")

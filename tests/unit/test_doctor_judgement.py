@@ -107,6 +107,9 @@ def test_the_server_line() -> None:
     node = judge.server(server(info={"server": {"redis_version": "7.2.4", "redis_mode": "cluster"}}), CONTEXT)
     assert node.status == "fail" and "redis+cluster://" in (node.fix or "")
     assert judge.server(server(script=Unread("NOPERM eval")), CONTEXT).status == "fail"
+    sentinel = judge.server(server(info={"server": {"redis_version": "7.0.15", "redis_mode": "sentinel"}},
+                                   script=Unread("unknown command 'EVAL'")), CONTEXT)
+    assert sentinel.status == "fail" and "redis+sentinel://" in (sentinel.fix or "")
     hello = judge.server(server(info={"server": DENIED}, hello={"server": "redis", "version": "6.2.1"}), CONTEXT)
     assert hello.status == "ok" and "Redis 6.2.1" in hello.detail
 
