@@ -110,13 +110,13 @@ def test_probe_changes_no_key_and_writes_only_its_scratch_keys(servers, tmp_path
     assert f"DBSIZE {size} before and {size} after" in probe["detail"]
     assert client.dbsize() == size and keyspace(client) == before
     scratch = probe["detail"].split("two holders of ", 1)[1].split("{probe}", 1)[0]
-    assert re.fullmatch(r"lockrun:doctor:[A-Za-z0-9._-]+:[0-9]+:", scratch), scratch  # <prefix>doctor:<host>:<pid>:
+    assert re.fullmatch(r"lockrun:doctor:[A-Za-z0-9._-]+:[0-9]+:[0-9a-f]{8}:", scratch), scratch  # host, pid, random
     # Every command that touched a key (the scripts' own included) touched one of the probe's.
     keyless = {"PING", "INFO", "TIME", "SCAN", "DBSIZE", "ROLE", "HELLO", "COMMAND", "CONFIG", "ACL", "EVAL", "WAIT",
                "CLIENT", "SELECT", "AUTH", "MONITOR"}
     touched = [event["command"] for event in seen if event["command"].split()[0].strip('"').upper() not in keyless]
     assert touched, "the probe sent no data command"
-    scratches = re.compile(r"lockrun:doctor:[A-Za-z0-9._-]+:[0-9]+:")  # the text and the --json run's
+    scratches = re.compile(r"lockrun:doctor:[A-Za-z0-9._-]+:[0-9]+:[0-9a-f]{8}:")  # the text and the --json run's
     for command in touched:
         assert scratches.match(command.split()[1].strip('"')), command
     # The probe's acquire and release scripts wrote the registry and the fleet record beside the lock.

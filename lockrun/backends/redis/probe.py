@@ -4,8 +4,8 @@ every key they wrote removed (docs/operating.md "Checking the setup: lockrun doc
 Two holders, each on a connection of its own as two hosts would be, go through the very scripts
 a run sends: the first takes the lock, the second finds it busy, the first renews it, the second
 waits (woken by the release, as ``--wait`` is) and takes it over with a higher fencing token, and
-gives it back. Everything runs under a prefix of its own, ``<prefix>doctor:<host>:<pid>:``, so
-every key the scripts write beside the lock (fence, info, the fleet record, the registry of
+gives it back. Everything runs under a prefix of its own, ``<prefix>doctor:<host>:<pid>:<random>:``,
+so every key the scripts write beside the lock (fence, info, the fleet record, the registry of
 names, the wake list) is the probe's and nothing else's; at the end one SCAN per master finds
 them all, and they are deleted. No key outside that prefix is read or written.
 """
@@ -45,8 +45,10 @@ SETTLE_S = 0.05
 
 
 def scratch_prefix(prefix: str) -> str:
-    """``<prefix>doctor:<host>:<pid>:``; a host name's odd characters (none in a DNS name) become ``_``."""
-    return f"{prefix}doctor:{re.sub(r'[^A-Za-z0-9.-]', '_', host.hostname())}:{os.getpid()}:"
+    """``<prefix>doctor:<host>:<pid>:<random>:``: a host name's odd characters (none in a DNS name)
+    become ``_``; the random part keeps two probes apart whose hosts share a name and a pid (cloned
+    VMs, containers), since each removes everything under its own prefix."""
+    return f"{prefix}doctor:{re.sub(r'[^A-Za-z0-9.-]', '_', host.hostname())}:{os.getpid()}:{os.urandom(4).hex()}:"
 
 
 def _glob(text: str) -> str:
