@@ -98,7 +98,6 @@ class ClusterFacts(NamedTuple):
     slots_assigned: int | None
     slots_ok: int | None
     masters: tuple[str, ...]  # host:port of every master the slot map names
-    replicas: dict[str, int]  # master -> replicas the slot map lists
 
 
 class Topology(NamedTuple):

@@ -39,9 +39,8 @@ def topology_check(found: Topology, servers: int) -> Check:
     if found.cluster is not None:
         cluster = found.cluster
         masters = len(cluster.masters)
-        counts = sorted(set(cluster.replicas.values()))
-        each = f", each with {counts[0]} replica{'s' if counts[0] != 1 else ''}" if len(counts) == 1 else ""
-        seen = f"Redis Cluster: {masters} master{'s' if masters != 1 else ''}{each}; each is checked below"
+        # Replicas are judged by each master (INFO replication): the slot map lists them late.
+        seen = f"Redis Cluster: {masters} master{'s' if masters != 1 else ''} ({', '.join(cluster.masters)})"
         if isinstance(cluster.state, Unread):
             return Check("topology", WARN, f"{seen}; could not read its state (CLUSTER INFO:"
                                            f" {said(cluster.state.why)})", "let lockrun's user run CLUSTER INFO")
@@ -50,7 +49,8 @@ def topology_check(found: Topology, servers: int) -> Check:
             return Check("topology", FAIL, f"{seen}; cluster_state {said(cluster.state, 20)}{slots}: names whose slots"
                                            " have no master fail (exit 69)",
                          "give every slot a master (redis-cli --cluster check, --cluster fix)")
-        return Check("topology", OK, f"{seen}; cluster_state ok, {CLUSTER_SLOTS} slots ok")
+        return Check("topology", OK, f"{seen}; cluster_state ok, {CLUSTER_SLOTS} slots ok; each master is checked"
+                                     " below")
     return Check("topology", OK, "a single server" if servers == 1 else f"{servers} servers")
 
 

@@ -84,13 +84,7 @@ def _cluster(client: RedisCluster) -> ClusterFacts:
             state = fields.get("cluster_state") or Unread("CLUSTER INFO names no cluster_state")
             assigned = int_or_none(fields.get("cluster_slots_assigned"))
             ok = int_or_none(fields.get("cluster_slots_ok"))
-    replicas: dict[str, set[str]] = {node.name: set() for node in nodes}
-    for holders in client.nodes_manager.slots_cache.values():
-        if holders:
-            replicas.setdefault(holders[0].name, set()).update(node.name for node in holders[1:])
-    return ClusterFacts(state=state, slots_assigned=assigned, slots_ok=ok,
-                        masters=tuple(node.name for node in nodes),
-                        replicas={name: len(found) for name, found in sorted(replicas.items())})
+    return ClusterFacts(state=state, slots_assigned=assigned, slots_ok=ok, masters=tuple(node.name for node in nodes))
 
 
 def masters_of(client: RedisCluster) -> list[Any]:
