@@ -255,3 +255,19 @@ def test_once_every_and_the_skips_list_on_a_cluster(cluster_env, cluster, tmp_pa
     for name in names:  # one duplicate and one busy skip each, placed from its skips list
         row = next(line for line in text.stdout.splitlines() if line.startswith(name + " ") and "|" in line)
         assert row.rsplit("|", 1)[1].split()[2] == "2", text.stdout
+
+
+def test_doctor_audits_every_master(cluster_env, cluster):
+    """docs/operating.md "Checking the setup: lockrun doctor": each master a name may land on is
+    checked, one line per check each, and --probe's scratch keys (in several slots) are all removed."""
+    result = run_lockrun(cluster_env, "doctor", "--json", "--probe")
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # no persistence on these nodes: WARN
+    checks = json.loads(result.stdout)["checks"]
+    (topology,) = [check for check in checks if check["check"] == "topology"]
+    assert topology["status"] == "ok" and "3 masters" in topology["detail"], topology
+    evictions = [check for check in checks if check["check"] == "eviction"]
+    assert sorted(check["detail"].split(":", 2)[1] for check in evictions) == sorted(str(p) for p in cluster[:3])
+    (probe,) = [check for check in checks if check["check"] == "probe"]
+    assert probe["status"] == "ok", probe
+    for port in cluster[:3]:
+        assert tcp_reply(port, "SCAN", 0, "MATCH", "lockrun:doctor:*", "COUNT", 1000)[1] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 import time
@@ -147,3 +148,28 @@ def test_with_replicas_the_promoted_replica_has_the_lease(local_env, sentinels, 
     _, err = holder.communicate(timeout=60)
     assert holder.returncode in (0, 76), err
     assert "Traceback" not in err and err.count("\n") <= 1
+
+
+def test_doctor_audits_the_master_the_sentinels_name(local_env, sentinels):
+    """docs/operating.md "Checking the setup: lockrun doctor": the Sentinels answer, the master is
+    the one audited, and its replica without min-replicas-to-write or lockrun's replicas setting is
+    a WARN; --probe goes through."""
+    env = {**local_env, "LOCKRUN_REDIS_URL": _url(sentinels)}
+    result = run_lockrun(env, "doctor", "--json", "--probe")
+    assert result.returncode == 1, result.stdout + result.stderr
+    checks = {check["check"]: check for check in json.loads(result.stdout)["checks"]}
+    topology = checks["topology"]
+    assert topology["status"] == "ok", topology
+    assert f"master 127.0.0.1:{sentinels['master']}" in topology["detail"] and "3 of 3 Sentinels" in topology["detail"]
+    assert checks["role"]["status"] == "ok" and checks["replicas"]["status"] == "warn"
+    assert checks["probe"]["status"] == "ok", checks["probe"]
+    silent = _url(sentinels).replace(f"127.0.0.1:{sentinels['sentinels'][2]}", f"127.0.0.1:{free_port()}")
+    result = run_lockrun({**env, "LOCKRUN_REDIS_URL": silent}, "doctor", "--json")
+    checks = {check["check"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["topology"]["status"] == "warn" and "2 of 3 Sentinels" in checks["topology"]["detail"]
+    sentinel_itself = f"redis://127.0.0.1:{sentinels['sentinels'][0]}/0"  # a Sentinel named as if it were Redis
+    result = run_lockrun({**env, "LOCKRUN_REDIS_URL": sentinel_itself}, "doctor", "--json")
+    assert result.returncode == 2, result.stdout + result.stderr
+    checks = {check["check"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["server"]["status"] == "fail" and "redis+sentinel://" in checks["server"]["fix"]
+    assert "eviction" not in checks  # nothing else applies to a Sentinel

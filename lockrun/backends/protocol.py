@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import (
@@ -19,6 +19,9 @@ from lockrun.backends.values import (
     PageRequest,
     TooSoon,
 )
+
+if TYPE_CHECKING:  # what doctor reads: not imported by a run
+    from lockrun.backends.audit import BackendAudit
 
 
 class FleetSource(Protocol):
@@ -131,5 +134,12 @@ class Backend(Protocol):
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         """The held locks (all, or the named ones that are held): one Holder per holder,
         so a --slots lock may appear several times, and a cooling one appears too."""
+
+    def audit(self, probe_ttl: float | None = None) -> BackendAudit:
+        """What ``lockrun doctor`` judges, read without changing anything (docs/operating.md
+        "Checking the setup: lockrun doctor"): Redis, its deployment and every master a name may
+        land on; the local backend, its state and lock directories. With ``probe_ttl``, the lease
+        operations are also tried live on a scratch name with that TTL, and everything they wrote
+        removed (Redis only)."""
 
     def close(self) -> None: ...

@@ -30,7 +30,7 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 COMMAND_MODULES = {
     "run": "run", "status": "locks", "check": "check", "unlock": "locks", "pause": "pausing",
     "resume": "pausing", "history": "records", "timeline": "timeline", "prune": "records", "show": "records",
-    "metrics": "records", "completion": "completion",
+    "metrics": "records", "doctor": "doctor", "completion": "completion",
 }
 
 

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
+from lockrun.backends.audit import BackendAudit
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import LOST, PREEMPTED, RENEWED, Duplicate, FleetRecord, Holder, Lease, OnceKey
@@ -275,6 +276,9 @@ class FakeBackend(Backend):
             for name in (names if names is not None else self.lock_names())
             if (held := self._held(name)) is not None
         ]
+
+    def audit(self, probe_ttl: float | None = None) -> BackendAudit:
+        return BackendAudit("fake", "memory")
 
     def close(self) -> None:
         self.calls.append(Call(self.clock.now, "close"))

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
 from lockrun.backends.local.holders import LocalInspection, holder_of
@@ -54,6 +55,9 @@ from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, 
 from lockrun.core.printable import printable
 from lockrun.core.zones import MAX_ZONE_NAME
 from lockrun.system.safefs import UnsafePath, write_atomically
+
+if TYPE_CHECKING:  # what doctor reads: not imported by a run
+    from lockrun.backends.audit import BackendAudit
 
 ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
 
@@ -397,6 +401,17 @@ class LocalBackend:
 
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         return self.inspection.holders(names)
+
+    def audit(self, probe_ttl: float | None = None) -> BackendAudit:
+        """The state directory and its lock directory as they are (docs/operating.md "Checking the
+        setup: lockrun doctor"): kernel locks on this host have nothing else to audit, nor to probe."""
+        from lockrun.backends.audit import BackendAudit
+        from lockrun.system.directory import directory_facts
+
+        return BackendAudit("local", str(self.state_dir), directories=(
+            directory_facts(self.state_dir, "the state directory"),
+            directory_facts(self.files.locks_dir, "the local lock directory"),
+        ))
 
     def close(self) -> None:
         for fd in self._held.values():

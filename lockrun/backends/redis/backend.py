@@ -63,6 +63,7 @@ from lockrun.core.readers import written_by_others
 from lockrun.core.zones import recorded_zone, shown_record
 
 if TYPE_CHECKING:
+    from lockrun.backends.audit import BackendAudit
     from lockrun.backends.redis.fleet import RedisFleetRecord
     from lockrun.backends.redis.inspect import RedisInspection
     from lockrun.backends.redis.pauses import RedisPauses
@@ -103,6 +104,7 @@ class RedisBackend:
         self.connection = RedisConnection(url, prefix, timeout, ca=ca, connect_timeout=connect_timeout,
                                           password=password)
         self.replica_wait = ReplicaWait(self.connection, replicas)
+        self._ca, self._connect_timeout, self._password = ca, connect_timeout, password  # for scratch()
 
     @property
     def registry_key(self) -> str | None:
@@ -332,6 +334,24 @@ class RedisBackend:
     def close(self) -> None:
         RedisConnection.close(self.connection.client)
 
+    # -- lockrun doctor (docs/operating.md "Checking the setup: lockrun doctor") -------------
+
+    def audit(self, probe_ttl: float | None = None) -> BackendAudit:
+        """The deployment and every master a name may land on, read-only; with ``probe_ttl``, the
+        lease operations tried live on a scratch name (redis/probe.py), its keys removed after."""
+        from lockrun.backends.redis.doctor import audit
+        from lockrun.backends.redis.probe import run_probe
+
+        ttl = probe_ttl
+        probe = (lambda: run_probe(self.connection, self.scratch, ttl)) if ttl is not None else None
+        return audit(self.connection, bool(self.replica_wait.replicas), probe)
+
+    def scratch(self, prefix: str) -> RedisBackend:
+        """A backend on the same servers, with the same settings and a connection of its own, whose
+        every key starts with ``prefix`` (the probe's: two holders, as two hosts would be)."""
+        return RedisBackend(self.url, prefix, self.timeout, fleet=self.fleet, replicas=self.replica_wait.replicas,
+                            allow_eviction=self.allow_eviction, ca=self._ca, connect_timeout=self._connect_timeout,
+                            password=self._password)
 
 #: How each kind of acquire reply (but TAKEN, which --replicas may still refuse) becomes a value or an error.
 _ACQUIRE_REPLIES: dict[Acquired, Callable[[RedisBackend, _Asked, list[Any]], Holder | Duplicate | TooSoon | Paused]] = {

@@ -86,7 +86,7 @@ def _connection_pool(
     return pool
 
 
-def _pooled_connection(pool: ConnectionPool) -> Any:
+def pooled_connection(pool: ConnectionPool) -> Any:
     """The pool's idle connection (the one the last call used), or a new one."""
     try:
         return pool.get_connection()
@@ -200,7 +200,7 @@ class RedisConnection:
         else:
             pool = client.connection_pool
         seconds = f"{math.ceil(timeout * 1000) / 1000:.3f}"  # rounded up: BLPOP 0 would block for ever
-        connection = self.call(lambda: _pooled_connection(pool), key)
+        connection = self.call(lambda: pooled_connection(pool), key)
         try:
             self.call(lambda: connection.send_command("BLPOP", key, seconds), key)
             with interruptible():

@@ -1,0 +1,414 @@
+"""``lockrun doctor``'s judgement of one Redis server (docs/operating.md "Checking the setup:
+lockrun doctor", docs/redis.md "What lockrun needs of Redis"): each function takes what the server
+said and gives one Check. A value the server would not give is a WARN that says so, never an OK; a value that
+makes runs fail or lets a job run twice is a FAIL.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import NamedTuple
+
+from lockrun.backends.audit import AclFacts, AclTrial, InfoSection, ServerFacts, Unread
+from lockrun.views.doctor_check import FAIL, OK, WARN, Check, duration_text, said, seconds_text, unread_text
+
+#: How far this host's clock may be from the server's before doctor says so: lockrun's leases and
+#: heartbeats run on the server's clock, but --once-per periods, cron's start times, --min-hold's
+#: purpose and the ledger's times are this host's (docs/guarantees.md "clocks that disagree").
+CLOCK_TOLERANCE_S = 1.0
+#: noeviction with maxmemory: used memory from this share of it on, acquires may soon be refused.
+MEMORY_HIGH = 0.9
+#: The oldest Redis lockrun's scripts run on (README "Quickstart": any Redis >= 5).
+OLDEST_REDIS = (5, 0)
+
+
+class Context(NamedTuple):
+    """What the judgements need of the settings a run would use."""
+
+    ttl: float  # the configured TTL (config ttl, or the default)
+    call_s: float  # what a run allows one call with it (backends/connect.call_timeout_for)
+    replicas: int | str  # the config file's replicas (0: none; "all")
+    allow_eviction: bool
+    min_hold: float | None
+    cluster_url: bool  # the URL is redis+cluster://
+
+
+def _field(section: InfoSection, key: str) -> str | None:
+    return None if isinstance(section, Unread) else section.get(key)
+
+
+def _int(value: str | Unread | None) -> int | None:
+    """A whole number the server wrote in ASCII digits; None for anything else (int() would take
+    other scripts' digits and spaces too)."""
+    if value is None or isinstance(value, Unread) or not re.fullmatch(r"-?[0-9]{1,20}", value):
+        return None
+    return int(value)
+
+
+def _human_bytes(count: int) -> str:
+    for unit, size in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
+        if count >= size:
+            return f"{count / size:g}{unit}" if count % size == 0 else f"{count / size:.1f}{unit}"
+    return f"{count}b"
+
+
+def reachable(facts: ServerFacts, context: Context) -> Check:
+    if not facts.rtts_s:
+        return Check("reachable", WARN, "answered, but no round trip could be measured")
+    median, worst = statistics.median(facts.rtts_s), max(facts.rtts_s)
+    measured = (f"a round trip takes {duration_text(median)} (median of {len(facts.rtts_s)}, at most"
+                f" {duration_text(worst)})")
+    allowed = f"a run allows {seconds_text(context.call_s)} a call with TTL {seconds_text(context.ttl)}"
+    fix = ("a Redis nearer this host, or a longer --ttl (a call may take TTL/5, at most 5s; socket_timeout in the"
+           " config file)")
+    if median >= context.call_s:
+        return Check("reachable", FAIL, f"{measured}, but {allowed}: runs would time out (exit 69) and lose their"
+                                        " leases", fix)
+    if worst > context.call_s / 2:
+        return Check("reachable", WARN, f"{measured}, and {allowed}: a slow call may cost a renewal", fix)
+    connected = f"; connecting took {duration_text(facts.connect_s)}" if facts.connect_s is not None else ""
+    return Check("reachable", OK, f"{measured}{connected}; {allowed}")
+
+
+def _kind_and_version(facts: ServerFacts) -> tuple[str, str] | None:
+    server = facts.info.get("server", Unread("not asked"))
+    if not isinstance(server, Unread):
+        for kind, field in (("Valkey", "valkey_version"), ("Dragonfly", "dragonfly_version"),
+                            ("KeyDB", "keydb_version"), ("Redis", "redis_version")):
+            if field in server:
+                name = server.get("server_name", "")
+                return (name.capitalize() if name and kind == "Redis" else kind), server[field]
+    if not isinstance(facts.hello, Unread) and facts.hello.get("version"):
+        return facts.hello.get("server", "redis").capitalize(), facts.hello["version"]
+    return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isascii() and ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def is_sentinel(facts: ServerFacts) -> bool:
+    """The URL names a Sentinel itself (redis://SENTINEL): nothing but ``server`` applies to it."""
+    return _mode(facts) == "sentinel"
+
+
+def _mode(facts: ServerFacts) -> str | None:
+    for field in ("redis_mode", "server_mode"):
+        value = _field(facts.info.get("server", Unread("")), field)
+        if value:
+            return value
+    return facts.hello.get("mode") if not isinstance(facts.hello, Unread) else None
+
+
+def server(facts: ServerFacts, context: Context) -> Check:
+    found = _kind_and_version(facts)
+    mode = _mode(facts)
+    if mode == "sentinel":
+        return Check("server", FAIL, "this is a Sentinel, not a Redis server: it holds no keys and runs no scripts",
+                     "name the Sentinels and the service they watch: redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
+                     " (docs/redis.md)")
+    if isinstance(facts.script, Unread):
+        return Check("server", FAIL, f"scripts cannot run here: EVAL answered {said(facts.script.why)!r}; every lease"
+                                     " operation is one script", "let lockrun's user run EVAL (ACL SETUSER USER +eval),"
+                                                                  " and do not rename or disable it")
+    if mode == "cluster" and not context.cluster_url:
+        return Check("server", FAIL, "this server is a Redis Cluster node, but the URL is not redis+cluster://: the"
+                                     " names whose slots other nodes serve fail (MOVED)",
+                     "name the cluster: redis+cluster://HOST:PORT,HOST:PORT/ (docs/redis.md)")
+    if found is None:
+        info = facts.info.get("server")
+        why = info.why if isinstance(info, Unread) else "no version field"
+        hello = facts.hello.why if isinstance(facts.hello, Unread) else "no version"
+        words = unread_text("the kind and version of the server", Unread(f"INFO server: {why}; HELLO: {hello}"))
+        return Check("server", WARN, f"scripting works; {words}",
+                     "let lockrun's user run INFO (ACL SETUSER USER +info)")
+    kind, version = found
+    where = f" ({mode})" if mode else ""
+    if kind == "Redis" and _version(version) < OLDEST_REDIS:
+        return Check("server", FAIL, f"{kind} {version}{where}: lockrun's scripts need Redis 5 or newer",
+                     "upgrade Redis (or use Valkey)")
+    return Check("server", OK, f"{kind} {version}{where}; scripting works")
+
+
+def eviction(facts: ServerFacts, context: Context) -> Check:
+    memory = facts.info.get("memory", Unread("not asked"))
+    limit = _int(_field(memory, "maxmemory"))
+    policy = _field(memory, "maxmemory_policy")
+    source = "INFO memory"
+    if limit is None or policy is None:
+        limit = _int(facts.config.get("maxmemory"))
+        found = facts.config.get("maxmemory-policy")
+        policy = found if isinstance(found, str) else None
+        source = "CONFIG GET"
+    if limit is None or policy is None:
+        why = memory.why if isinstance(memory, Unread) else "no maxmemory_policy in it"
+        config = facts.config.get("maxmemory-policy")
+        words = unread_text("maxmemory and maxmemory-policy", Unread(
+            f"INFO memory: {why}; CONFIG GET: {config.why if isinstance(config, Unread) else 'no answer'}"))
+        if context.allow_eviction:
+            return Check("eviction", WARN, f"{words}; runs go on (allow_eviction = true)",
+                         "let lockrun's user run INFO (ACL SETUSER USER +info)")
+        return Check("eviction", FAIL, f"{words}: every run reads INFO memory first and refuses a server that does not"
+                                       " say (exit 69)", "let lockrun's user run INFO (ACL SETUSER USER +info)")
+    if limit > 0 and policy != "noeviction":
+        anyway = ("; runs go on anyway (allow_eviction = true)" if context.allow_eviction
+                  else "; runs refuse it (exit 69)")
+        return Check("eviction", FAIL, f"maxmemory-policy {said(policy, 40)} with maxmemory {_human_bytes(limit)}:"
+                                       f" keys may be evicted, and an evicted lock or --once mark lets a job run"
+                                       f" twice{anyway}",
+                     "CONFIG SET maxmemory-policy noeviction, and maxmemory-policy noeviction in redis.conf")
+    if limit == 0:
+        return Check("eviction", OK, f"no maxmemory ({source}): keys are never evicted")
+    used = _int(_field(memory, "used_memory"))
+    share = f", {used / limit:.0%} of it used" if used is not None else ""
+    if used is not None and used >= MEMORY_HIGH * limit:
+        return Check("eviction", WARN, f"maxmemory {_human_bytes(limit)} with noeviction{share}: when it is full,"
+                                       " acquires are refused (exit 69, out of memory)",
+                     "raise maxmemory (CONFIG SET maxmemory …, and in redis.conf) or free memory")
+    return Check("eviction", OK, f"maxmemory {_human_bytes(limit)} with maxmemory-policy noeviction{share}: keys are"
+                                 " never evicted")
+
+
+def _aof(facts: ServerFacts) -> bool | Unread:
+    persistence = facts.info.get("persistence", Unread("not asked"))
+    enabled = _field(persistence, "aof_enabled")
+    if enabled is not None:
+        return enabled == "1"
+    configured = facts.config.get("appendonly")
+    if isinstance(configured, str):
+        return configured == "yes"
+    why = persistence.why if isinstance(persistence, Unread) else "no aof_enabled in it"
+    return Unread(f"INFO persistence: {why}; CONFIG GET appendonly: "
+                  f"{configured.why if isinstance(configured, Unread) else 'no answer'}")
+
+
+def persistence(facts: ServerFacts) -> Check:
+    aof = _aof(facts)
+    fix = "CONFIG SET appendonly yes, and appendonly yes in redis.conf (or RDB snapshots: a save line)"
+    if isinstance(aof, Unread):
+        return Check("persistence", WARN, f"{unread_text('whether the server persists anything', aof)}: without"
+                                          " persistence a restart forgets every lease",
+                     "make sure the server has appendonly yes (or a save line): " + fix)
+    if aof:
+        return Check("persistence", OK, "appendonly yes: leases survive a restart")
+    save = facts.config.get("save")
+    if isinstance(save, Unread):
+        return Check("persistence", WARN, f"appendonly no, and {unread_text('save', save)}: without RDB snapshots"
+                                          " either, a restart forgets every lease", fix)
+    if save is None or not save.strip():
+        return Check("persistence", WARN, "no persistence (appendonly no, save \"\"): a restart forgets every lease,"
+                                          " and a second holder can start at once", fix)
+    return Check("persistence", OK, f"RDB snapshots (save {said(save, 60)}), appendonly no: a restart loses what"
+                                    " changed since the last snapshot, leases included")
+
+
+def appendfsync(facts: ServerFacts) -> Check | None:
+    """None when the server keeps no append-only file (then appendfsync does nothing)."""
+    if _aof(facts) is False:
+        return None
+    value = facts.config.get("appendfsync")
+    fix = "CONFIG SET appendfsync everysec (or always), and the same in redis.conf"
+    if isinstance(value, Unread) or value is None:
+        why = value if isinstance(value, Unread) else Unread("no answer")
+        return Check("appendfsync", WARN, unread_text("appendfsync", why) + ": with appendfsync no, a crash loses the"
+                                                                            " leases of up to 30 s",
+                     "make sure redis.conf says appendfsync everysec (or always)")
+    if value == "no":
+        return Check("appendfsync", WARN, "appendfsync no: the kernel writes the append-only file out when it likes"
+                                          " (about every 30 s), and a crash loses the leases of that time", fix)
+    return Check("appendfsync", OK, f"appendfsync {said(value, 20)}")
+
+
+def role(facts: ServerFacts) -> Check:
+    replication = facts.info.get("replication", Unread("not asked"))
+    kind = _field(replication, "role") or (facts.role[0] if not isinstance(facts.role, Unread) else None)
+    if kind is None:
+        why = replication.why if isinstance(replication, Unread) else "no role"
+        words = f"INFO replication: {why}; ROLE: {facts.role.why if isinstance(facts.role, Unread) else '?'}"
+        return Check("role", WARN, unread_text("whether this server is a master or a replica", Unread(words)),
+                     "let lockrun's user run INFO or ROLE, or make sure the URL names a master")
+    if kind == "master":
+        return Check("role", OK, "a master")
+    if kind not in ("slave", "replica"):
+        return Check("role", WARN, f"the server says it is a {said(kind, 20)}, neither a master nor a replica",
+                     "point lockrun at a Redis master, or at the Sentinels that follow it (docs/redis.md)")
+    host, port = _field(replication, "master_host"), _field(replication, "master_port")
+    of = f"{host}:{port}" if host else (facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1
+                                        else "?")
+    read_only = _field(replication, "slave_read_only") or _field(replication, "replica_read_only")
+    configured = facts.config.get("replica-read-only")
+    writable = read_only == "0" or (read_only is None and configured == "no")
+    fix = (f"point lockrun at the master ({of}), or at the Sentinels that follow it (redis+sentinel://…/SERVICE):"
+           " docs/redis.md")
+    if writable:
+        return Check("role", FAIL, f"a writable replica of {of}: its locks are not the master's, other hosts do not see"
+                                   " them, and the next resync erases them", fix)
+    return Check("role", FAIL, f"a read-only replica of {of}: every acquire is refused (READONLY, exit 69)", fix)
+
+
+def replicas(facts: ServerFacts, context: Context) -> Check | None:
+    """None on a replica (the role check says what matters there)."""
+    replication = facts.info.get("replication", Unread("not asked"))
+    if (_field(replication, "role") or "master") != "master":
+        return None
+    attached = _int(_field(replication, "connected_slaves"))
+    if attached is None and not isinstance(facts.role, Unread) and facts.role[:1] == ("master",):
+        attached = len(facts.role) - 1
+    wanted = context.replicas
+    if attached is None:
+        why = replication.why if isinstance(replication, Unread) else "no connected_slaves"
+        words = unread_text("how many replicas are attached", Unread(f"INFO replication: {why}"))
+        return Check("replicas", WARN, words, "let lockrun's user run INFO or ROLE")
+    to_write = _int(facts.config.get("min-replicas-to-write"))
+    # INFO shows min_slaves_good_slaves only while min-replicas-to-write (and -max-lag) are in effect.
+    in_effect = (to_write or 0) > 0 if isinstance(replication, Unread) else "min_slaves_good_slaves" in replication
+    plural = "replica" if attached == 1 else "replicas"
+    if wanted == "all" and attached == 0:
+        return Check("replicas", FAIL, "replicas = \"all\" in the config file, but the master has no replica: every"
+                                       " acquire fails (exit 69)",
+                     "replicas = 0 in the config file, or attach replicas")
+    if isinstance(wanted, int) and wanted > attached:
+        return Check("replicas", FAIL, f"replicas = {wanted} in the config file, but {attached} {plural} attached:"
+                                       " every acquire fails (exit 69)",
+                     f"replicas = {attached} in the config file, or attach replicas")
+    if to_write is not None and to_write > attached:
+        return Check("replicas", FAIL, f"min-replicas-to-write {to_write}, but {attached} {plural} attached: every"
+                                       " write is refused (NOREPLICAS, exit 69)",
+                     f"CONFIG SET min-replicas-to-write {attached}, and in redis.conf")
+    if attached == 0:
+        return Check("replicas", OK, "no replica attached: nothing to lose in a failover")
+    waits = []
+    if wanted:
+        waits.append(f"runs wait for {wanted} (replicas = {wanted!r} in the config file)".replace("'", '"'))
+    if in_effect:
+        waits.append(f"min-replicas-to-write {to_write if to_write is not None else 'in effect'}")
+    if waits:
+        return Check("replicas", OK, f"{attached} {plural} attached; {', '.join(waits)}")
+    return Check("replicas", WARN, f"{attached} {plural} attached, but neither min-replicas-to-write nor lockrun's"
+                                   " replicas setting: replication is asynchronous, and a failover can lose a lease",
+                 "replicas = 1 in the config file (or --replicas 1 on every run; docs/redis.md \"Leases that survive a"
+                 " failover\"), or CONFIG SET min-replicas-to-write 1 (and in redis.conf)")
+
+
+def clock(facts: ServerFacts, context: Context) -> Check:
+    if isinstance(facts.clock, Unread):
+        return Check("clock", WARN, unread_text("the server's clock (TIME)", facts.clock),
+                     "let lockrun's user run TIME (ACL SETUSER USER +time): every run's scripts call it")
+    reading = facts.clock
+    skew = (reading.sent_s + reading.received_s) / 2 - reading.server_s
+    margin = (reading.received_s - reading.sent_s) / 2
+    way = "ahead of" if skew > 0 else "behind"
+    measured = f"this host's clock is {duration_text(abs(skew))} {way} the server's TIME (±{duration_text(margin)})"
+    if abs(skew) - margin <= CLOCK_TOLERANCE_S:
+        return Check("clock", OK, measured)
+    hold = (f"; more than min_hold ({seconds_text(context.min_hold)}): a short job may run twice"
+            if context.min_hold is not None and abs(skew) - margin > context.min_hold else "")
+    return Check("clock", WARN, f"{measured}: leases and heartbeats run on the server's clock, but --once-per periods,"
+                                f" cron's start times and the ledger run on this host's{hold}",
+                 "keep this host's clock on NTP (timedatectl set-ntp true, or chrony/ntpd)")
+
+
+def commands(facts: ServerFacts) -> Check:
+    """Commands lockrun sends that the server does not know (renamed or disabled): COMMAND INFO
+    says, or else the ACL's answers, when they cover every command."""
+    runs_need = {need.command: need.runs for need in facts.acl.needed}
+    unknown: list[str]
+    if not isinstance(facts.unknown_commands, Unread):
+        unknown = list(facts.unknown_commands)
+    elif facts.acl.unread is None and {trial.command for trial in facts.acl.trials} >= set(runs_need):
+        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and _not_found(trial)})
+    else:
+        return Check("commands", WARN, unread_text("which commands the server knows", Unread(
+            f"COMMAND INFO: {facts.unknown_commands.why}")), "let lockrun's user run COMMAND INFO, or make sure no"
+                     " rename-command line names a command lockrun sends (docs/redis.md)")
+    if not unknown:
+        return Check("commands", OK, f"the server knows every command lockrun sends ({len(runs_need)})")
+    for_runs = [command for command in unknown if runs_need.get(command, True)]
+    fix = f"lockrun sends them by their own names: remove the rename-command lines of {', '.join(unknown)}"
+    if for_runs:
+        return Check("commands", FAIL, f"the server does not know {', '.join(unknown)} (renamed or disabled): runs"
+                                       " fail (exit 69)", fix)
+    return Check("commands", WARN, f"the server does not know {', '.join(unknown)} (renamed or disabled): status,"
+                                   " unlock, pause or history --fleet fail", fix)
+
+
+def _not_found(trial: AclTrial) -> bool:
+    words = trial.why.lower()
+    return "not found" in words or "invalid command" in words or "unknown command" in words
+
+
+def acl(facts: AclFacts, prefix: str) -> Check:
+    """Whether lockrun's user may send every command lockrun sends, on the keys it sends them on.
+
+    ACL DRYRUN says whether a refusal is about the command or the key; redis.acl_check_cmd only
+    says no, so a key is judged by EVAL with that key declared (EVAL without one allowed), and a
+    command by its refusal on a key that is not refused."""
+    user = facts.user or "USER"
+    who = f"user {facts.user}" if facts.user else "lockrun's user"
+    runs_need = {need.command: need.runs for need in facts.needed}
+    uses = {need.command: need.uses for need in facts.needed}
+    registry = facts.registry
+    if facts.everything:
+        return Check("acl", OK, f"{who} may run every command on every key ({facts.how})")
+    keyless_eval = next((trial.allowed for trial in facts.trials if trial.command == "EVAL" and trial.key is None),
+                        None)
+    bad_keys = {key for trial in facts.trials for key in _refused_key(trial)}
+    if keyless_eval:
+        bad_keys |= {trial.key for trial in facts.trials if trial.command == "EVAL" and trial.key is not None
+                     and trial.allowed is False and not trial.why}
+    refused: dict[str, None] = {}
+    unasked: dict[str, None] = {}
+    for trial in facts.trials:
+        if trial.allowed is None and not _not_found(trial):
+            unasked[trial.command] = None
+        if trial.allowed is not False or _refused_key(trial):
+            continue
+        if _refused_command(trial) or trial.key is None or trial.key not in bad_keys:
+            refused[trial.command] = None
+    problems, rules = [], []
+    failing = bool(bad_keys) or any(runs_need.get(name, True) for name in refused)
+    if refused:
+        by_use: dict[str, list[str]] = {}
+        for name in refused:
+            by_use.setdefault(uses.get(name, "lockrun"), []).append(name)
+        groups = [f"{', '.join(names)} ({use})" for use, names in by_use.items()]
+        problems.append(f"{who} may not run {'; '.join(groups)}")
+        rules += [f"+{name.lower()}" for name in refused]
+    if bad_keys:
+        what = [f"{key} (the registry of names, which every run writes)" if key == registry else key
+                for key in sorted(bad_keys)]
+        problems.append(f"{who} may not use the key{'s' if len(what) > 1 else ''} {', '.join(what)}")
+        # Every key lockrun writes starts with the prefix: one pattern covers them, the registry included.
+        rules.append("~" + "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*")
+    if facts.unread:
+        problems.append(f"could not ask about every command: {said(facts.unread)}")
+    if unasked:
+        problems.append(f"could not ask about {', '.join(unasked)}")
+    if not problems:
+        return Check("acl", OK, f"{who} may run every command lockrun sends, on its keys ({facts.how},"
+                                f" {len({trial.command for trial in facts.trials})} commands)")
+    if rules:
+        fix = f"ACL SETUSER {user} {' '.join(rules)}, and the same in the ACL file (ACL SAVE, or users.acl)"
+    else:
+        fix = (f"let {user} run ACL DRYRUN (ACL SETUSER {user} +acl|dryrun), or check its rules by hand against"
+               " docs/redis.md \"What lockrun needs of Redis\"")
+    return Check("acl", FAIL if failing else WARN, f"{'; '.join(problems)} (asked with {facts.how or 'nothing'})",
+                 fix)
+
+
+def _refused_key(trial: AclTrial) -> list[str]:
+    """The key ACL DRYRUN says the user may not access, if that is what it said."""
+    words = trial.why
+    marker = "access the '"
+    if trial.allowed is False and marker in words:
+        return [words.split(marker, 1)[1].rsplit("' key", 1)[0]]
+    return []
+
+
+def _refused_command(trial: AclTrial) -> bool:
+    return trial.allowed is False and "run the '" in trial.why
