@@ -37,6 +37,7 @@ from lockrun.core.defaults import (
     MAX_SECONDS,
 )
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
+from lockrun.core.printable import quoted
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode
 
 SYSTEM_CONFIG = Path("/etc/lockrun.toml")
@@ -192,13 +193,13 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
         raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
 
     if key == "ledger_keep_days" and not 1 <= value <= MAX_KEEP_DAYS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "output" and value not in OUTPUT_MODES:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "notify_urls" and not all(isinstance(url, str) for url in value):
         refuse()
     if key in OUTPUT_PATH_KEYS:
@@ -242,14 +243,14 @@ def _time_value(key: str, value: float | str, expected: str, where: str) -> floa
     try:
         return parse_time_span(value, key, minimum=minimum, maximum=maximum, allow_zero=key in ZERO_TIME_KEYS)
     except UsageError:
-        raise ConfigError(f"config file {where}: {key} must be {expected}, not {value!r}") from None
+        raise ConfigError(f"config file {where}: {key} must be {expected}, not {quoted(value)}") from None
 
 
 def _success_exit(value: Any, expected: str, where: str) -> tuple[int, ...]:
     try:
         return parse_success_exit(value if isinstance(value, list) else str(value), "success_exit")
     except UsageError:
-        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {value!r}") from None
+        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {quoted(value)}") from None
 
 
 def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
@@ -279,7 +280,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
         where = f"{path}, line {line}" if line else str(path)
         if key not in CONFIG_KEYS:
             known = ", ".join(CONFIG_KEYS)
-            raise ConfigError(f"config file {where}: unknown key {key!r} (known keys: {known})")
+            raise ConfigError(f"config file {where}: unknown key {quoted(key)} (known keys: {known})")
         types, expected = CONFIG_KEYS[key]
         if (isinstance(value, bool) and key not in BOOL_CONFIG_KEYS) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")

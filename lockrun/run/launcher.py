@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from lockrun.core.errors import CommandNotRunnable, ExitCode
-from lockrun.core.printable import printable
+from lockrun.core.printable import clipped
 from lockrun.run.signals import FORWARDED_SIGNALS
 
 PR_SET_PDEATHSIG = 1
@@ -41,7 +41,7 @@ def check_runnable(argv: list[str]) -> None:
     """Fail early, before taking the lock, for a command that cannot be executed."""
     if shutil.which(argv[0]):
         return
-    program = printable(argv[0])  # named in one line: a newline or an escape in it is shown escaped
+    program = clipped(argv[0])  # named in one line: a newline or an escape in it is shown escaped, a long one cut
     if "/" in argv[0]:
         if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
             raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
@@ -54,7 +54,7 @@ def check_runnable(argv: list[str]) -> None:
 
 
 def spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
-    program = printable(program)
+    program = clipped(program)
     if isinstance(exc, FileNotFoundError):
         return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
     return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)
