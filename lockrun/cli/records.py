@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
-from lockrun.cli.output import say
+from lockrun.cli.output import print_applied, say
 from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_FILTER, moment_type, whole_number
 from lockrun.config import values
 from lockrun.core import defaults
@@ -99,8 +99,8 @@ def prune(ctx: click.Context, older_than: float) -> NoReturn:
     if count is None:
         click.echo(f"no ledger at {resolved.ledger_path}; nothing to prune")
     else:
-        click.echo(f"pruned {count} run{'s' if count != 1 else ''} older than {exact_duration(older_than)}"
-                   f" from {resolved.ledger_path}")
+        print_applied([f"pruned {count} run{'s' if count != 1 else ''} older than {exact_duration(older_than)}"
+                       f" from {resolved.ledger_path}"], "the runs are pruned all the same")
     ctx.exit(0)
 
 
