@@ -54,7 +54,7 @@ from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import lease_problem, watch
+from lockrun.run.watch import REPLACED, lease_problem, watch
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
@@ -382,8 +382,8 @@ class Run:
             finished.finish(outcome)  # the attempt's final row, while the keeper renews
             self._to_syslog(finished, outcome)
             if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
-                                 why=keeper.lost_reason or "the lock was taken over or cleared")
+                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
+                    PauseEnd(Status.LOST, why=keeper.lost_reason or "the lock was taken over or cleared")
             else:
                 ended = pause(delay, keeper, signals)
         finally:
@@ -401,8 +401,8 @@ class Run:
                 lease, signals, f"begin attempt {attempt + 1}")
             lease = self._renewed(lease, found, sent)
             if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
-                                 why="the lock was taken over or cleared (its token no longer matches)")
+                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
+                    PauseEnd(Status.LOST, why="the lock was taken over or cleared (its token no longer matches)")
             elif found is None and not signals.received:
                 # No attempt starts on a lease the backend has not confirmed since the pause.
                 ended = PauseEnd(Status.LOST, why="the backend could not be reached to begin the attempt")
@@ -414,8 +414,13 @@ class Run:
         before = f"before attempt {attempt + 1}"
         if ended.signum is not None:
             return self._interrupted(ended.signum, f"during the --retry pause, {before}", lease.fencing_token)
+        if ended.status == Status.PREEMPTED:  # not a lost lease: another run asked for it, and has it next
+            said = f"replaced by --replace during the --retry pause {before}"
+            self.report("warn", f"{opts.name!r}: {said}")
+            return Outcome(exit_code=ExitCode.LOST, status=Status.PREEMPTED, fencing_token=lease.fencing_token,
+                           note=said, lease_lost=True)
         why = f"{ended.why}, during the --retry pause {before}"
-        self.report("warn" if ended.status == Status.PREEMPTED else "error", f"lease on {opts.name!r} lost: {why}")
+        self.report("error", f"lease on {opts.name!r} lost: {why}")
         return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
                        note=f"lease lost: {why}", lease_lost=True)
 
