@@ -37,6 +37,7 @@ from lockrun.core.defaults import (
     MAX_SECONDS,
 )
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
+from lockrun.core.masking import REDACT_RULE, parse_masking
 from lockrun.core.printable import quoted
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode
 
@@ -77,9 +78,12 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "jitter": ((int, float, str), f"seconds (30) or a duration string (\"5m\"),"
                                   f" {seconds_range(allow_zero=True, maximum=MAX_JITTER_S)}"),
     "success_exit": ((int, str, list), f"{SUCCESS_EXIT_RULE} (24, \"1,24\" or [1, 24])"),
+    # docs/fleet.md "What is published": the command line as lockrun records it
+    "redact": ((list,), REDACT_RULE),
+    "record_command": ((bool,), "true or false (false: record the program's name only, not its arguments)"),
 }
 #: Config keys whose values are booleans (any other key refuses true and false).
-BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog"})
+BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog", "record_command"})
 
 
 class ConfigFile(TypedDict, total=False):
@@ -111,6 +115,8 @@ class ConfigFile(TypedDict, total=False):
     retry_delay: float
     jitter: float
     success_exit: tuple[int, ...]  # read as the sorted codes (parse_success_exit)
+    redact: list[str]
+    record_command: bool
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -202,6 +208,11 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
         refuse(f", not {quoted(value)}")
     if key == "notify_urls" and not all(isinstance(url, str) for url in value):
         refuse()
+    if key == "redact":
+        try:
+            parse_masking(value)
+        except ValueError as exc:
+            refuse(f", {exc}")
     if key in OUTPUT_PATH_KEYS:
         problem = output_path_problem(value, key, directories=key == "ledger")
         if problem:

@@ -37,11 +37,13 @@ def load_prctl() -> Callable[..., int] | None:
         return None
 
 
-def check_runnable(argv: list[str]) -> None:
-    """Fail early, before taking the lock, for a command that cannot be executed."""
+def check_runnable(argv: list[str], shown: str | None = None) -> None:
+    """Fail early, before taking the lock, for a command that cannot be executed; the message names
+    it as ``shown`` (the program as the run records it: core/masking.py)."""
     if shutil.which(argv[0]):
         return
-    program = clipped(argv[0])  # named in one line: a newline or an escape in it is shown escaped, a long one cut
+    # Named in one line: a newline or an escape in it is shown escaped, a long one cut.
+    program = clipped(argv[0] if shown is None else shown)
     if "/" in argv[0]:
         if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
             raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
