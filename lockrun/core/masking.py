@@ -13,14 +13,16 @@ and ``status`` on every host, to webhooks and to the ledger; so it is masked fir
   string's ``?token=``, a DSN's ``password=``), as an argument of its own or inside one;
 - a header whose name names a secret: ``Authorization: Bearer ***``, ``X-Api-Key: ***``,
   ``Cookie: ***``; and a JSON string under such a key (``{"token": "***"}``);
-- the options of a few clients whose password option is a short one (:data:`CLIENT_OPTIONS`):
+- the options of a few clients whose password option is a short one (:data:`CLIENT_OPTIONS`),
+  after the client's name:
   ``mysql -p***``, ``redis-cli -a ***``, ``curl -u user:***``, ``sshpass -p ***``, …;
 - the user's own rules (config ``redact``: :func:`parse_masking`).
 
 The same rules apply inside an argument that is a shell script (``sh -c 'curl -u a:b …'``): its
 words are read as argv words, and a control operator (``|``, ``&&``, ``;``) ends a client's
-options. Each masked value becomes ``***``, so that the record never grows (bench/RESULTS.md: 132
-bytes per run) and masking twice changes nothing. Masking errs towards hiding: a flag whose next
+options. Each masked value becomes ``***`` (the fleet record's entries hold the command as a
+number into ``vals``: their 132 bytes per run, bench/RESULTS.md, do not change), and masking twice
+changes nothing. Masking errs towards hiding: a flag whose next
 word is not its value (``psql --password db``) hides that word.
 
 Pure and standard library only: the run path imports it for every run, the tests call it directly.
@@ -76,8 +78,9 @@ CLIENT_OPTIONS: dict[str, dict[str, str]] = {
     **dict.fromkeys(("zip", "unzip"), {"-P": "value"}),
     **dict.fromkeys(("7z", "7za", "7zr"), {"-p": "attached"}),
 }
-#: Words that end a client's options in a shell script: what follows is another command.
-CONTROL_WORDS = frozenset({"|", "||", "&&", ";", "&", "(", ")", "then", "do", "else"})
+#: Words that end a client's options in a shell script (``mysql -pX db; rsync -pa …``): what follows
+#: is another command. Only in a script: in an argv they are arguments like any other.
+CONTROL_WORDS = frozenset({"|", "||", "&&", ";", "&"})
 
 #: Header-style schemes kept in front of a masked credential (``Authorization: Bearer ***``).
 AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate", "ntlm", "oauth", "apikey", "bot",
@@ -105,8 +108,8 @@ BUILT_IN = Masking()
 
 # The patterns are compiled when first used (re's own cache keeps them): a plain command line,
 # most of them, needs none, and a run does not pay for compiling them at start-up.
-# A URL's scheme and what follows "://" up to the next space (its authority is cut at / ? #).
-_URL = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://([^\s]*)"
+# A URL's scheme and "://" (its authority follows, up to / ? # or a space).
+_URL = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://"
 # NAME= (an option's --NAME= too), not inside a longer word.
 _ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)="
 # Name: value, as a header is written (not scheme://).
@@ -117,8 +120,9 @@ _JSON_PAIR = r'"([^"\\]{1,100})"\s*:\s*"((?:[^"\\]|\\.)*)"'
 _WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[^\s'"])+"""
 # Where an unquoted value inside a longer text ends.
 _VALUE_END = r"[\s'\"&;`]"
+_QUERY_VALUE_END = r"[\s'\"&#]"
+_DSN_VALUE_END = r"[\s'\";]"
 _QUOTES = "'\""
-_HEADER_END = r"['\"\n]"
 _AUTH_SCHEME = r"([A-Za-z][A-Za-z0-9\-]*)[ \t]+(?=\S)"  # Bearer, Basic: kept before the credential
 
 
@@ -187,29 +191,35 @@ def _text_spans(text: str, masking: Masking, after_script_flag: bool = False) ->
 
 
 def _url_spans(text: str) -> Iterable[tuple[int, int]]:
+    word_end = -1
     for match in re.finditer(_URL, text):
-        start, rest = match.start(1), match.group(1)
-        end_of_authority = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-        authority = rest[:end_of_authority]
-        at = authority.rfind("@")
+        start = match.end()  # the authority: up to the first / ? # or space
+        if word_end < start:  # (found once per word: a word may hold several URLs, a,b://…)
+            found = re.compile(r"\s").search(text, start)
+            word_end = found.start() if found else len(text)
+        ends = [i for i in (text.find(c, start, word_end) for c in "/?#") if i >= 0]
+        authority_end = min(ends, default=word_end)
+        at = text.rfind("@", start, authority_end)
+        colon = text.find(":", start, authority_end if at < 0 else at)
         if at < 0:
-            # A password with a raw "/" (invalid, but written): user:pa/ss@host. Not a port (host:8080/x@y).
-            colon, later_at = authority.find(":"), rest.find("@", end_of_authority)
-            if colon < 0 or later_at < 0 or authority[colon + 1:].isdigit():
+            # A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the
+            # word's last @. Not a port (host:8080/x@y).
+            at = text.rfind("@", authority_end, word_end)
+            if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
                 continue
-            at = later_at
-        colon = rest.find(":", 0, at)
         if 0 <= colon < at - 1:
-            yield start + colon + 1, start + at
+            yield colon + 1, at
 
 
-def _value_end(text: str, start: int) -> int:
+def _value_end(text: str, start: int, after: str) -> int:
     """Where a value that begins at ``start`` inside a longer text ends: its closing quote, or the
-    first space, quote, ``&``, ``;`` or backquote."""
+    first space or quote, and what ends it where it is: after ``?`` or ``&`` (a query string) an
+    ``&`` or ``#``, after ``;`` (a DSN) a ``;``, elsewhere (a script) ``&``, ``;`` or a backquote."""
     if start < len(text) and text[start] in _QUOTES:
         close = text.find(text[start], start + 1)
         return len(text) if close < 0 else close + 1
-    found = re.compile(_VALUE_END).search(text, start)
+    ends = _QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END if after == ";" else _VALUE_END
+    found = re.compile(ends).search(text, start)
     return found.start() if found else len(text)
 
 
@@ -222,7 +232,8 @@ def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> I
         # An argument that is the assignment (env PGPASSWORD=a b, --passphrase=a b c) hides all of
         # its value; inside a script (sh -c 'TOKEN=x job') or a longer text, the value is a word.
         whole = match.start() == 0 and not after_script_flag
-        end = len(text) if whole else _value_end(text, start)
+        before = text[match.start() - 1] if match.start() > 0 else ""
+        end = len(text) if whole else _value_end(text, start, before)
         if end > start:
             yield start, end
 
@@ -236,10 +247,15 @@ def _header_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:
         if text[max(0, match.start() - 3):match.start()] == "://":
             continue  # a URL's user name (https://x-token:…@host): the URL's rule hides its password
         start = match.end()
-        if stop < start:  # the header's value ends at the next quote or line (found once per stretch)
-            found = re.compile(_HEADER_END).search(text, start)
-            stop = found.start() if found else len(text)
-        end = stop
+        quote = text[match.start() - 1] if match.start() > 0 and text[match.start() - 1] in _QUOTES else ""
+        if quote:  # 'Authorization: Bearer …' in a script: its closing quote ends it
+            close = text.find(quote, start)
+            end = len(text) if close < 0 else close
+        else:  # an argument of its own (any character is the value's), or unquoted: the line's end
+            if stop < start:  # (found once per stretch)
+                found = re.compile(r"\n").search(text, start)
+                stop = found.start() if found else len(text)
+            end = stop
         scheme = re.compile(_AUTH_SCHEME).match(text, start, end)
         if scheme and scheme.group(1).lower() in AUTH_SCHEMES:
             start = scheme.end()
@@ -278,7 +294,8 @@ class _Word(NamedTuple):
 def _words(args: list[str], script: bool) -> list[_Word]:
     words = []
     for i, arg in enumerate(args):
-        if not script and not any(c.isspace() for c in arg):
+        # One word: an argument without spaces, or an option and its attached value (-p'a b').
+        if not script and (arg.startswith("-") or not any(c.isspace() for c in arg)):
             words.append(_Word(i, 0, len(arg), True))
             continue
         for match in re.finditer(_WORD, arg):
@@ -293,40 +310,45 @@ def _words(args: list[str], script: bool) -> list[_Word]:
 
 def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]], script: bool = False) -> None:
     words = _words(args, script)
-    client: dict[str, str] = {}
+    client: dict[str, frozenset[str]] = {}  # option -> how its value hides a secret, by the clients named
     skip_arg = -1  # an argument that is an option's whole value: its words are not read as options
+    value = frozenset({"value"})
     for n, word in enumerate(words):
         if word.arg == skip_arg:
             continue
         text = word.text(args)
-        if text in CONTROL_WORDS or text.endswith((";", "|", "&")):
+        if not word.whole and (text in CONTROL_WORDS or text.endswith((";", "|", "&"))):
             client = {}
             continue
         program = text.rpartition("/")[2]
         if program in CLIENT_OPTIONS:
-            client = CLIENT_OPTIONS[program]
+            # Added to, not replaced: a word that names a client may be an argument (sudo -u mysql,
+            # redis-cli … 7z); where two read one option differently, both readings hide.
+            for option, how in CLIENT_OPTIONS[program].items():
+                client[option] = client.get(option, frozenset()) | {how}
             continue
         if len(text) < 2 or text[0] != "-":
             continue
-        name, equals, value = text.partition("=")
-        if equals:
-            how = client.get(name) or ("value" if name in masking.options else None)
-            if how and how != "attached":
-                _add(spans, word.arg, _secret_part(args[word.arg], word.start + len(name) + 1, word.end, how))
-            continue
         short = text[:2]
-        how = client.get(short) or ("value" if short in masking.options else None)
-        if how and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
+        hows = client.get(short, frozenset()) | (value if short in masking.options else frozenset())
+        if hows and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
             start = word.start + 2 + (text[2] == "=")
-            _add(spans, word.arg, _secret_part(args[word.arg], start, word.end, how))
+            _add(spans, word.arg, _secret_part(args[word.arg], start, word.end, hows))
             continue
-        how = client.get(text) or ("value" if text in masking.options or is_secret_name(text, masking) else None)
-        if how and how != "attached":
+        name, equals, _ = text.partition("=")
+        if equals:
+            hows = (client.get(name, frozenset()) | (value if name in masking.options else frozenset())) - {"attached"}
+            if hows:
+                _add(spans, word.arg, _secret_part(args[word.arg], word.start + len(name) + 1, word.end, hows))
+            continue
+        secret = text in masking.options or is_secret_name(text, masking)
+        hows = (client.get(text, frozenset()) | (value if secret else frozenset())) - {"attached"}
+        if hows:
             following = _following(args, words, n, word)
             if following is not None:
                 if following.whole:
                     skip_arg = following.arg
-                _add(spans, following.arg, _secret_part(args[following.arg], following.start, following.end, how))
+                _add(spans, following.arg, _secret_part(args[following.arg], following.start, following.end, hows))
 
 
 def _following(args: list[str], words: list[_Word], n: int, word: _Word) -> _Word | None:
@@ -338,11 +360,13 @@ def _following(args: list[str], words: list[_Word], n: int, word: _Word) -> _Wor
     return nxt if nxt is not None and nxt.arg == word.arg else None
 
 
-def _secret_part(text: str, start: int, end: int, how: str) -> tuple[int, int] | None:
-    """What to hide of a value at ``text[start:end]``: all of it, or its password after a separator."""
-    if how in ("value", "attached"):
+def _secret_part(text: str, start: int, end: int, hows: frozenset[str]) -> tuple[int, int] | None:
+    """What to hide of a value at ``text[start:end]``: all of it, or its password after the first
+    separator of a ``user<sep>password`` value (several: the earliest)."""
+    if hows & {"value", "attached"}:
         return (start, end) if end > start else None
-    sep = text.find(how, start, end)
+    seps = [found for found in (text.find(sep, start, end) for sep in hows) if found >= 0]
+    sep = min(seps, default=-1)
     return (sep + 1, end) if 0 <= sep < end - 1 else None
 
 

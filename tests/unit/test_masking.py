@@ -35,6 +35,7 @@ from lockrun.core.masking import (
     (["x", "redis://u:p@ss@h/0"], ["x", "redis://u:***@h/0"]),  # a raw @ in the password: the last @ ends it
     (["x", "redis://u:ab/cd@h/0"], ["x", "redis://u:***@h/0"]),  # a raw / in it
     (["x", "http://localhost:3000/users/@me"], ["x", "http://localhost:3000/users/@me"]),  # a port, not a password
+    (["x", "--urls=a://u:p@h,b://v:q@i/0"], ["x", "--urls=a://u:***@h,b://v:***@i/0"]),  # two in one word
     # options that name a secret, in both forms; flags about a secret are left alone
     (["job", "--password=s3cret", "--db-password", "x y"], ["job", "--password=***", "--db-password", "***"]),
     (["job", "--token", "t", "--api-key=k", "--client-secret", "c", "-password", "p"],
@@ -72,6 +73,12 @@ from lockrun.core.masking import (
      ["sh", "-c", "FOO_TOKEN=*** /opt/job --token '***' && mysql -p*** db | gzip; rsync -pa x y"]),
     (["sh", "-c", "curl -H 'Authorization: Bearer abc' -u a:b https://x"],
      ["sh", "-c", "curl -H 'Authorization: Bearer ***' -u a:*** https://x"]),
+    # a word that names a client may be an argument: the options of both hide
+    (["curl", "lftp", "-u", "me:pw"], ["curl", "lftp", "-u", "me:***"]),
+    (["redis-cli", "7z", "-a", "pw", "then", "-a", "pw2"], ["redis-cli", "7z", "-a", "***", "then", "-a", "***"]),
+    (["mysql", "-pa b|c", "--password=x;y", "db"], ["mysql", "-p***", "--password=***", "db"]),
+    (["curl", "-H", "Authorization: Bearer a'b\"c"], ["curl", "-H", "Authorization: Bearer ***"]),
+    (["curl", "https://h/x?token=a;b&page=2"], ["curl", "https://h/x?token=***&page=2"]),
     # odd argv
     ([""], [""]),
     (["x", "=", "", "--token", "", "--password"], ["x", "=", "", "--token", "", "--password"]),
@@ -147,7 +154,7 @@ TEMPLATES = [
     ["sh", "-c", "FOO_TOKEN={} /opt/job"], ["mysql", "-p{}", "db"], ["redis-cli", "-a", "{}"],
     ["curl", "-u", "me:{}", "https://h"], ["curl", "https://h/x?api_key={}&a=1"], ["x", '{{"secret": "{}"}}'],
     ["sh", "-c", "curl -s -H 'Authorization: token {}' https://h | jq ."], ["sshpass", "-p{}", "ssh", "h"],
-    ["job", "--client-secret", "{}"], ["x", "amqp://guest:{}@mq:5672/"],
+    ["job", "--client-secret", "{}"], ["x", "amqp://guest:{}@mq:5672/"], ["x", "--nodes=r://a:b@h:1,r://c:{}@i:2/"],
 ]
 PLAIN = st.text(alphabet=string.ascii_lowercase + string.digits + "/._,+", min_size=0, max_size=12)
 
@@ -160,6 +167,34 @@ def test_no_secret_survives(secret: str, template: list[str], before: list[str],
     masked = mask_command(argv)
     assert all(secret not in arg for arg in masked), masked
     assert masked[0] == argv[0] and masked[-len(after) or len(masked):] == (after or [])  # what ran is still said
+
+
+#: Secrets with symbols, where the rules take any character: an argument of their own, or the
+#: rest of one. (A URL's password may hold what a URL allows unescaped in a password, and raw /.)
+SYMBOLS = string.ascii_letters + string.digits + string.punctuation + " "
+WHOLE_TEMPLATES = [
+    ["job", "--password={}"], ["job", "--token", "{}"], ["env", "PGPASSWORD={}", "psql"],
+    ["curl", "-H", "Authorization: Bearer {}"], ["curl", "-H", "X-Api-Key: {}"], ["redis-cli", "-a", "{}"],
+    ["mysql", "-p{}", "db"], ["job", "--api-key", "{}", "--verbose"],
+]
+URL_PASSWORD = st.text(alphabet=string.ascii_letters + string.digits + "-._~!$&'()*+,;=%:/", min_size=12,
+                       max_size=24).map(lambda s: "Zq" + s)
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=st.text(alphabet=SYMBOLS, min_size=12, max_size=24).map(lambda s: "Zq" + s),
+       template=st.sampled_from(WHOLE_TEMPLATES))
+def test_no_secret_survives_whatever_its_characters(secret: str, template: list[str]) -> None:
+    masked = mask_command([arg.format(secret) for arg in template])
+    assert all(secret not in arg for arg in masked), masked
+    assert all("Zq" not in arg for arg in masked), masked  # no part of it either
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=URL_PASSWORD, scheme=st.sampled_from(["postgresql", "redis", "https", "amqp", "mongodb+srv"]))
+def test_no_url_password_survives(secret: str, scheme: str) -> None:
+    masked = mask_command(["job", f"{scheme}://app:{secret}@db.example:5432/sales?sslmode=require"])
+    assert masked == ["job", f"{scheme}://app:***@db.example:5432/sales?sslmode=require"]
 
 
 ANY_ARG = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | \
