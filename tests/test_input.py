@@ -217,3 +217,7 @@ def test_a_byte_that_is_not_utf8_is_shown_as_backslash_x(local_env, args):
     result = run_lockrun(local_env, *args)
     assert result.returncode in (2, 127) and result.stderr.count("\n") == 1, result.stderr
     assert "\\xff" in result.stderr and "udcff" not in result.stderr, result.stderr
+
+
+def test_an_empty_program_is_named_as_such(local_env):
+    assert_one_line(run_lockrun(local_env, "-n", "x", "--", ""), 127, "lockrun: '': command not found in PATH")

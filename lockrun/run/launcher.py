@@ -43,7 +43,7 @@ def check_runnable(argv: list[str], shown: str | None = None) -> None:
     if shutil.which(argv[0]):
         return
     # Named in one line: a newline or an escape in it is shown escaped, a long one cut.
-    program = clipped(argv[0] if shown is None else shown)
+    program = clipped(argv[0] if shown is None else shown) or "''"  # lockrun -- "": say what is not found
     if "/" in argv[0]:
         if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
             raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
