@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import run_lockrun
@@ -149,3 +151,73 @@ def test_python_dash_m_works(env):
 
     result = subprocess.run([sys.executable, "-m", "lockrun", "--version"], env=env, capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("lockrun ")
+
+
+# --- numbers in ASCII digits, values quoted short, bytes as \xff (one rule everywhere) -----------
+
+NOT_ASCII = [  # Arabic-Indic digits look like numbers to Python's int() and float() and \d
+    ["--ttl", "١٢"], ["--min-hold", "٣s"], ["--retry", "٢"], ["--slots", "٢"], ["-E", "٣"], ["--wait", "٥"],
+    ["--capture-tail", "٣k"], ["--timeout", "1٠m"], ["--jitter", "٣"], ["--success-exit", "٢٤"], ["--every", "٥m"],
+    ["--schedule", "٠ ٣ * * *"], ["--replicas", "١"],
+]
+SPACED = [["--retry", " 2"], ["--ttl", "12 "], ["--slots", " 2"], ["-E", "3 "], ["--capture-tail", " 1k"],
+          ["--replicas", "1 "], ["--success-exit", "1, 24"], ["--wait", " 5"]]
+
+
+@pytest.mark.parametrize("args", NOT_ASCII + SPACED, ids=lambda args: " ".join(args))
+def test_a_number_is_ascii_digits_and_nothing_else(local_env, args):
+    assert_one_line(run_lockrun(local_env, "-n", "x", *args, "--", "true"), 2, args[0])
+
+
+@pytest.mark.parametrize("args", [
+    ["history", "--limit", "٣"], ["history", "--limit", " 3"], ["timeline", "--width", "٨٠"],
+    ["history", "--since", "٢h"], ["history", "--since", " 2h"], ["history", "--since", "٢٠٢٦-01-01"],
+    ["pause", "x", "--for", "١h"], ["pause", "x", "--until", "١٤:٠٠"], ["check", "--max-age", "٢d"],
+    ["prune", "--older-than", "٩٠d"],
+], ids=" ".join)
+def test_every_read_command_takes_ascii_digits_only(local_env, args):
+    assert_one_line(run_lockrun(local_env, *args), 2, args[-2])
+
+
+def test_the_environment_and_the_config_file_take_ascii_digits_only(local_env, tmp_path, redis_server):
+    assert_one_line(run_lockrun({**local_env, "LOCKRUN_TTL": "١٢"}, "-n", "x", "--", "true"), 2, "LOCKRUN_TTL")
+    assert_one_line(run_lockrun({**local_env, "LOCKRUN_TTL": " 12"}, "-n", "x", "--", "true"), 2, "LOCKRUN_TTL")
+    for url in (f"redis://127.0.0.1:{redis_server.port}/٠", "redis://127.0.0.1:٦٣٧٩/0", f"{redis_server.url}?db=٣"):
+        assert_one_line(run_lockrun({**local_env, "LOCKRUN_REDIS_URL": url}, "-n", "x", "--", "true"), 2,
+                        "invalid Redis URL", "ASCII digits" if "٦" not in url else "")
+    config = tmp_path / "config.toml"
+    for line in ('ttl = "١٢"', 'min_hold = "٣s"', 'retry = "2"', 'replicas = "١"', 'success_exit = "٢٤"',
+                 'jitter = " 5"', 'socket_timeout = "٢"'):
+        config.write_text(line + "\n")
+        assert_one_line(run_lockrun(local_env, "-n", "x", "--", "true"), 78, "line 1", line.split()[0])
+
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize("args", [
+    ["pause", "job", "--for", "1h", "--reason", LONG], ["-n", LONG, "--", "true"], ["--ttl", LONG, "--", "true"],
+    ["--on-lost", LONG, "--", "true"], ["--retry", LONG, "--", "true"], ["history", "--since", LONG],
+    ["--tz", LONG, "--", "true"], ["--" + LONG], ["history", "job", LONG], ["--redis-url", "redis://" + LONG + ":x"],
+    ["--once", LONG, "--", "true"], ["show", LONG], ["-n", "x", "--", "/" + LONG],
+], ids=lambda args: " ".join(arg[:12] for arg in args))
+def test_an_error_line_quotes_a_short_prefix_of_a_long_value(local_env, args):
+    result = run_lockrun(local_env, *args)
+    assert result.returncode in (2, 127), result.stderr[:300]
+    assert result.stderr.count("\n") == 1 and len(result.stderr) < 600, result.stderr[:600]
+    assert re.search(r"…'? \(1000[0-9][0-9] characters\)", result.stderr), result.stderr  # said how long it was
+
+
+@pytest.mark.parametrize("args", [
+    ["-n", "\udcff", "--", "true"], ["--on-lost", "\udcff", "--", "true"], ["--ttl", "1\udcff", "--", "true"],
+    ["history", "--since", "\udcff"], ["--\udcff"], ["pause", "x", "--for", "1h", "--reason", "a\udcffb\x01"],
+    ["--tz", "\udcff", "--", "true"], ["history", "job", "\udcff"], ["-n", "x", "--", "\udcff"],
+], ids=lambda args: " ".join(arg.encode("utf-8", "surrogateescape").hex()[:16] for arg in args))
+def test_a_byte_that_is_not_utf8_is_shown_as_backslash_x(local_env, args):
+    result = run_lockrun(local_env, *args)
+    assert result.returncode in (2, 127) and result.stderr.count("\n") == 1, result.stderr
+    assert "\\xff" in result.stderr and "udcff" not in result.stderr, result.stderr
+
+
+def test_an_empty_program_is_named_as_such(local_env):
+    assert_one_line(run_lockrun(local_env, "-n", "x", "--", ""), 127, "lockrun: '': command not found in PATH")

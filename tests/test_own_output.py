@@ -4,6 +4,7 @@ someone"). One line and a documented code, never a traceback, 120 or 125."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 
@@ -84,3 +85,35 @@ def test_a_full_stderr_alone_leaves_stdout_flowing(local_env):
     assert (result.returncode, result.stdout) == (0, "out\nmore\n")
     (row,) = history(local_env, "half")
     assert row["status"] == "succeeded" and "the command's standard error could not be written" in row["note"]
+
+
+# --- a change that was made, but could not be said (pause, resume, unlock, prune) -----------------
+
+
+@pytest.mark.parametrize("redirect,needle", [
+    (">&-", "cannot write to standard output: it was closed when lockrun started"),
+    (">/dev/full", "cannot write to standard output (No space left on device): the output is incomplete"),
+])
+def test_a_change_that_was_made_exits_0_with_a_warning_when_it_cannot_be_said(any_env, redirect, needle):
+    # `lockrun pause … || alert` must not alert on a pause that holds.
+    paused = shell(any_env, lockrun_argv("pause", "job", "--for", "1h", "--reason", "migration"), redirect)
+    assert (paused.returncode, paused.stderr) == (0, f"lockrun: {needle}; the pause holds all the same\n")
+    lock = json.loads(run_lockrun(any_env, "status", "--json", "job").stdout)["locks"][0]
+    assert lock["paused"]["reason"] == "migration"
+    resumed = shell(any_env, lockrun_argv("resume", "job"), redirect)
+    assert (resumed.returncode, resumed.stderr) == (0, f"lockrun: {needle}; the pause is over all the same\n")
+    assert json.loads(run_lockrun(any_env, "status", "--json", "job").stdout)["locks"][0]["paused"] is None
+
+    # unlock shows the holder before it clears it: a holder it could not show is not cleared (exit 1)
+    assert run_lockrun(any_env, "-n", "cool", "--min-hold", "1h", "--", "true").returncode == 0  # kept taken
+    kept = shell(any_env, lockrun_argv("unlock", "cool", "--yes"), redirect)
+    assert (kept.returncode, kept.stderr) == (1, f"lockrun: {needle}\n")
+    assert json.loads(run_lockrun(any_env, "status", "--json", "cool").stdout)["locks"][0]["state"] == "cooling"
+
+    pruned = shell(any_env, lockrun_argv("prune", "--older-than", "1s"), redirect)
+    assert (pruned.returncode, pruned.stderr) == (0, f"lockrun: {needle}; the runs are pruned all the same\n")
+
+
+def test_a_change_whose_reader_went_away_early_is_no_error(any_env):
+    result = shell(any_env, lockrun_argv("pause", "job", "--for", "1h"), "| true")
+    assert (result.returncode, result.stderr) == (0, "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 
 import pytest
@@ -98,16 +99,21 @@ def test_the_lock_is_kept_through_the_pause_and_sigterm_ends_it_at_once(any_env)
 
 
 def test_a_replace_during_the_pause_ends_the_whole_run(any_env):
-    proc = spawn_lockrun(any_env, "-n", "swap", "--retry", "3", "--retry-delay", "60", "--", "false")
+    proc = spawn_lockrun(any_env, "-n", "swap", "--retry", "3", "--retry-delay", "60", "--", "false",
+                         stderr=subprocess.PIPE)
     try:
         retrying(any_env, "swap")
         assert run_lockrun(any_env, "-n", "swap", "--replace", "--", "true", timeout=60).returncode == 0
-        assert proc.wait(timeout=30) == 76
+        _, said = proc.communicate(timeout=30)
+        assert proc.returncode == 76
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()
     mine = [row for row in history(any_env, "swap") if row["attempt"] is not None]
     assert [(row["attempt"], row["status"]) for row in mine] == [(2, "preempted"), (1, "failed")]
+    # Replaced, said as such: not a lease "lost … taken over or cleared"
+    assert said == "lockrun: 'swap': replaced by --replace during the --retry pause before attempt 2\n"
+    assert mine[0]["note"] == "replaced by --replace during the --retry pause before attempt 2"
 
 
 @pytest.mark.parametrize("command", [["no-such-command-lockrun"], ["sh", "-c", "exit 127"], ["sh", "-c", "exit 126"]])

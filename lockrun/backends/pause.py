@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from lockrun.core.clock import parse_iso
 from lockrun.core.defaults import MAX_PAUSE_REASON
-from lockrun.core.printable import printable
+from lockrun.core.printable import printable, quoted
 from lockrun.core.readers import Unusable, as_text, as_time
 
 #: The fields of a pause record (the Redis hash and the local file alike): who paused it, on
@@ -61,7 +61,7 @@ class Paused(NamedTuple):
             try:
                 value = as_time(info.get(field)) if field in ("when", "until") else as_text(info.get(field))
                 if field in ("when", "until") and value is not None and not PAUSE_TIME_RE.fullmatch(value):
-                    raise Unusable(f"{value[:40]!r}, not an ISO 8601 UTC time")
+                    raise Unusable(f"{quoted(value, 40)}, not an ISO 8601 UTC time")
             except Unusable as exc:
                 problems.append(f"{field}: {exc}")
                 value = None

@@ -13,6 +13,7 @@ from typing import NoReturn
 import click
 
 from lockrun.cli.group import CONTEXT, cli
+from lockrun.cli.params import OneOf
 
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_LOCKRUN_COMPLETE"  # click's variable for lockrun: _{PROG}_COMPLETE
@@ -35,7 +36,7 @@ def use_whole_fish_descriptions() -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("shell", metavar="SHELL", type=click.Choice(SHELLS))
+@click.argument("shell", metavar="SHELL", type=OneOf(SHELLS))
 @click.pass_context
 def completion(ctx: click.Context, shell: str) -> NoReturn:
     """Print the completion script for SHELL.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
-from lockrun.cli.output import say
+from lockrun.cli.output import print_applied, say
 from lockrun.cli.params import LOCK_NAME
 from lockrun.core.printable import printable
 
@@ -167,6 +167,6 @@ def _unlock_one(
         say(verdict.warning)
     if verdict.to_stderr:
         say(verdict.message)
-    else:
-        click.echo(verdict.message)
+    else:  # the lock is gone: a stdout that cannot say so does not make that a failure
+        print_applied([verdict.message], f"{inspection.name!r} is free all the same")
     return verdict.exit_code

@@ -16,7 +16,15 @@ from lockrun.core.errors import ExitCode, LockrunError
 
 
 def _one_line(exc: click.ClickException) -> str:
-    message = " ".join(exc.format_message().split())
+    import re
+
+    from lockrun.core.printable import QUOTED_CHARS, clipped, quoted
+
+    message = exc.format_message()
+    if isinstance(exc, click.NoSuchOption):  # click quotes it with repr: '\udcff' for a byte
+        message = message.replace(repr(exc.option_name), quoted(exc.option_name), 1)
+    # What else click echoes of the user's (an extra argument) is cut as every quoted value is.
+    message = re.sub(rf"\S{{{2 * QUOTED_CHARS},}}", lambda long: clipped(long.group(0)), " ".join(message.split()))
     command = None
     if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx.command is not cli:
         command = exc.ctx.command.name

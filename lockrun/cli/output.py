@@ -1,8 +1,10 @@
-"""lockrun's own lines on stderr: ``lockrun: `` and one printable line, whatever a message quotes."""
+"""lockrun's own lines on stderr: ``lockrun: `` and one printable line, whatever a message quotes; and
+the lines that say a change was made, which a stdout that cannot be written does not turn into a failure."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 from lockrun.core.printable import printable
 
@@ -17,3 +19,23 @@ def say(message: str) -> None:
         # stderr is full or gone: nobody to tell. Dropped, so that Python's flush at exit does not
         # fail on it again and turn lockrun's exit status into 120.
         sys.stderr = None
+
+
+def print_applied(lines: Iterable[str], applied: str) -> None:
+    """Print the lines that say a change was made (``applied`` says it in the warning: "the pause
+    holds all the same"). The change is made
+    whether or not they can be written: stdout closed or full is a warning here, not exit 1, so
+    that ``lockrun pause … || alert`` never alerts on a pause that holds (README "Exit codes").
+    A reader that went away early (``| head -1``) is no error at all."""
+    import click
+
+    from lockrun.system.own_output import OutputFailed
+
+    try:
+        for line in lines:
+            click.echo(line)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OutputFailed as exc:
+        if not exc.broken_pipe:
+            say(f"{exc.reason}; {applied}")

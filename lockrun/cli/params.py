@@ -5,7 +5,7 @@ checked, and its message worded, in one place (exit 2 with click's "Invalid valu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,7 @@ from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
 from lockrun.core import defaults, zones
 from lockrun.core.errors import LockrunError, UsageError
+from lockrun.core.printable import quoted
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
     # click >= 8.3 types ParamType by the value it gives and the input it takes; older clicks
     # (pyproject allows 8.1) cannot subscript it at run time, hence the split.
     ParamTypeBase = click.ParamType[object, object]
+    ChoiceBase = click.Choice[str]
 else:
     ParamTypeBase = click.ParamType
+    ChoiceBase = click.Choice
 
 
 #: A validator from config/values: (the text given, the option's name for messages) -> the value.
@@ -46,11 +49,31 @@ class Validated(ParamTypeBase):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
         if not isinstance(value, str):
             return value  # a default, already of the right type
+        what = param.opts[0] if param else self.name
         try:
-            return self.validate(value, param.opts[0] if param else self.name)
+            return self.validate(value, what)
         except LockrunError as exc:
-            message = f"{value!r}: {str(exc).split(': ', 1)[-1]}" if self.echo_value else str(exc)
+            message = str(exc)
+            if self.echo_value:  # click names the option; the value once, quoted as every error line quotes it
+                said = f"invalid {what} {quoted(value)}: "
+                rest = message[len(said):] if message.startswith(said) else message.split(": ", 1)[-1]
+                message = f"{quoted(value)}: {rest}"
             self.fail(message, param, ctx)
+
+
+class OneOf(ChoiceBase):
+    """click's Choice, whose message quotes the value as every error line does (a short prefix of a
+    long one, ``\\xff`` for a byte that is not UTF-8: core/printable.quoted)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not isinstance(value, str) or value in self.choices:
+            return super().convert(value, param, ctx)  # a default, or one of them: click's own answer
+        self.fail(f"{quoted(value)} is not one of {', '.join(quoted(choice) for choice in self.choices)}.", param, ctx)
+
+
+def whole_number(minimum: int, maximum: int) -> Validated:
+    """A whole number in ASCII digits from ``minimum`` to ``maximum`` (click's IntRange took ``' 2'`` and ``٢``)."""
+    return Validated("N", lambda value, what: values.parse_whole(value, what, minimum, maximum))
 
 
 def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:

@@ -9,6 +9,7 @@ from typing import NoReturn
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
+from lockrun.cli.output import print_applied
 from lockrun.cli.params import LOCK_NAME, PAUSE_FOR, PAUSE_REASON, PAUSE_UNTIL
 from lockrun.core import defaults
 
@@ -49,8 +50,7 @@ def pause(ctx: click.Context, names: tuple[str, ...], for_s: float | None, until
         lines = pause_names(backend, list(dict.fromkeys(names)), for_s, until_epoch_s, reason)
     finally:
         backend.close()
-    for line in lines:
-        click.echo(line)
+    print_applied(lines, "the pause holds all the same")
     ctx.exit(0)
 
 
@@ -76,6 +76,5 @@ def resume(ctx: click.Context, names: tuple[str, ...]) -> NoReturn:
         lines = resume_names(backend, list(dict.fromkeys(names)))
     finally:
         backend.close()
-    for line in lines:
-        click.echo(line)
+    print_applied(lines, "the pause is over all the same")
     ctx.exit(0)

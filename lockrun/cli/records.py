@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
-from lockrun.cli.output import say
-from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_FILTER, moment_type
+from lockrun.cli.output import print_applied, say
+from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_FILTER, moment_type, whole_number
 from lockrun.config import values
 from lockrun.core import defaults
 from lockrun.core.clock import exact_duration
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("name", required=False, type=LOCK_NAME, shell_complete=complete_lock_names)
-@click.option("--limit", type=click.IntRange(1, defaults.MAX_HISTORY_LIMIT), metavar="N", default=20,
+@click.option("--limit", type=whole_number(1, defaults.MAX_HISTORY_LIMIT), metavar="N", default=20,
               show_default=True, help=f"Show at most N runs (1 to {defaults.MAX_HISTORY_LIMIT}).")
 @click.option("--status", "status_filter", type=STATUS_FILTER, multiple=True, metavar="STATUS[,STATUS...]",
               help=f"Only runs with one of these statuses ({', '.join(values.STATUS_FILTER_NAMES[:-1])}): "
@@ -99,8 +99,8 @@ def prune(ctx: click.Context, older_than: float) -> NoReturn:
     if count is None:
         click.echo(f"no ledger at {resolved.ledger_path}; nothing to prune")
     else:
-        click.echo(f"pruned {count} run{'s' if count != 1 else ''} older than {exact_duration(older_than)}"
-                   f" from {resolved.ledger_path}")
+        print_applied([f"pruned {count} run{'s' if count != 1 else ''} older than {exact_duration(older_than)}"
+                       f" from {resolved.ledger_path}"], "the runs are pruned all the same")
     ctx.exit(0)
 
 

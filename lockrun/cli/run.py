@@ -26,7 +26,9 @@ from lockrun.cli.params import (
     SUCCESS_EXIT,
     WARN_AFTER,
     ZONE,
+    OneOf,
     seconds_type,
+    whole_number,
 )
 from lockrun.config import once, values
 from lockrun.core import defaults
@@ -47,15 +49,15 @@ from lockrun.core.errors import UsageError
 @click.option("--kill-after", type=seconds_type(), default=defaults.DEFAULT_KILL_AFTER, show_default=True,
               help=f"Grace ({values.seconds_range()}: 10, 30s) between SIGTERM and SIGKILL when stopping the "
                    "command, also after a SIGTERM, SIGINT or SIGHUP forwarded to it.")
-@click.option("--on-lost", type=click.Choice(["terminate", "continue"]), default="terminate", show_default=True,
+@click.option("--on-lost", type=OneOf(["terminate", "continue"]), default="terminate", show_default=True,
               help="What to do when the lease cannot be kept (a --replace by another run always stops the "
                    "command).")
-@click.option("-E", "--busy-exit-code", type=click.IntRange(0, 255), metavar="N", default=defaults.DEFAULT_BUSY_EXIT,
-              show_default=True, help="Exit code when the lock is busy (after --wait).")
+@click.option("-E", "--busy-exit-code", type=whole_number(0, 255), metavar="N", default=defaults.DEFAULT_BUSY_EXIT,
+              show_default=True, help="Exit code when the lock is busy (after --wait; 0 to 255).")
 @click.option("--once", "once", metavar="KEY",
               help="Idempotency key, expanded with strftime in --tz (report-%Y-%m-%d): skip (exit 0) if it already "
                    "succeeded. In a crontab, write % as \\%.")
-@click.option("--once-per", type=click.Choice(list(once.ONCE_PERIODS)), metavar="hour|day|week|month",
+@click.option("--once-per", type=OneOf(list(once.ONCE_PERIODS)), metavar="hour|day|week|month",
               help="Run at most once per hour, day, ISO week or month (in --tz): --once with the period's start "
                    "as the key (2026-12-01T14, 2026-12-01, 2026-W49, 2026-12); no % for cron to mangle. "
                    "Not with --once.")
@@ -65,7 +67,7 @@ from lockrun.core.errors import UsageError
                    "exit 0, status duplicate. With a frequent schedule it catches up what a down host missed.")
 @click.option("--remember", type=DURATION, default=defaults.DEFAULT_REMEMBER, show_default=True,
               help=f"How long a succeeded --once key is kept (30d, 12h; at most {defaults.MAX_DURATION_TEXT}).")
-@click.option("--slots", type=click.IntRange(1, defaults.MAX_SLOTS), metavar="N", default=1, show_default=True,
+@click.option("--slots", type=whole_number(1, defaults.MAX_SLOTS), metavar="N", default=1, show_default=True,
               help=f"Allow up to N (1 to {defaults.MAX_SLOTS}) holders of the name at once across hosts (a semaphore);"
                    " each holder has its own token and fencing token. Every caller of one name must use the same N.")
 @click.option("--min-hold", type=MIN_HOLD,
@@ -105,7 +107,7 @@ from lockrun.core.errors import UsageError
               help="POST a JSON document about the outcome to URL (repeatable; config: notify_urls).")
 @click.option("--notify-on", metavar="STATUSES", type=NOTIFY_ON, default=",".join(values.DEFAULT_NOTIFY_ON),
               show_default=True, help="Which outcomes --notify reports (comma-separated ledger statuses).")
-@click.option("--notify-format", type=click.Choice(["json", "slack"]), default="json", show_default=True,
+@click.option("--notify-format", type=OneOf(["json", "slack"]), default="json", show_default=True,
               help="slack: a {\"text\": ...} body for Slack-compatible incoming webhooks.")
 @click.option("--ping", "ping_url", metavar="URL", type=ENDPOINT,
               help="healthchecks.io-style pings: URL/start, then URL (success), URL/EXIT_CODE or URL/fail.")
@@ -117,7 +119,7 @@ from lockrun.core.errors import UsageError
               help=f"Keep no output at all: by default, when lockrun's output is not a terminal, a failed run "
                    f"keeps the last {defaults.DEFAULT_FAILURE_TAIL_TEXT} of it in this host's ledger "
                    "(config: output_tail = false).")
-@click.option("--output", "output", type=click.Choice(list(values.OUTPUT_MODES)), default=None,
+@click.option("--output", "output", type=OneOf(list(values.OUTPUT_MODES)), default=None,
               help="on-failure: keep the command's stdout and stderr in a private temporary file and write them "
                    "out only when the run did not succeed, as chronic(1) does; not with --keep-detached "
                    "[default: always; config: output].")

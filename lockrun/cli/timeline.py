@@ -13,7 +13,7 @@ import click
 
 from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
 from lockrun.cli.output import say
-from lockrun.cli.params import HOST, LOCK_NAME, MOMENT, output_file
+from lockrun.cli.params import HOST, LOCK_NAME, MOMENT, output_file, whole_number
 from lockrun.core import defaults
 
 if TYPE_CHECKING:
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
               help="Every host's runs, from the fleet record in Redis (local backend: this host's ledger).")
 @click.option("--host", "host_filter", type=HOST, metavar="H", help="Only runs on host H.")
 @click.option("--by-host", is_flag=True, help="One row per name and host (with --fleet: which host did the work).")
-@click.option("--width", type=click.IntRange(*defaults.TIMELINE_WIDTHS), metavar="N",
-              help="Characters per line [default: the terminal's, else $COLUMNS, else 100].")
+@click.option("--width", type=whole_number(*defaults.TIMELINE_WIDTHS), metavar="N",
+              help=f"Characters per line ({defaults.TIMELINE_WIDTHS[0]} to {defaults.TIMELINE_WIDTHS[1]})"
+                   " [default: the terminal's, else $COLUMNS, else 100].")
 @click.option("--svg", "svg_path", metavar="FILE", type=output_file(dash=True),
               help="Write the chart as an SVG image to FILE (- for standard output) instead of printing it; only "
                    "a regular file is replaced (a device, FIFO or socket there: exit 2).")

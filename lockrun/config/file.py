@@ -37,6 +37,8 @@ from lockrun.core.defaults import (
     MAX_SECONDS,
 )
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
+from lockrun.core.masking import REDACT_RULE, parse_masking
+from lockrun.core.printable import quoted
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode
 
 SYSTEM_CONFIG = Path("/etc/lockrun.toml")
@@ -76,9 +78,12 @@ CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "jitter": ((int, float, str), f"seconds (30) or a duration string (\"5m\"),"
                                   f" {seconds_range(allow_zero=True, maximum=MAX_JITTER_S)}"),
     "success_exit": ((int, str, list), f"{SUCCESS_EXIT_RULE} (24, \"1,24\" or [1, 24])"),
+    # docs/fleet.md "What is published": the command line as lockrun records it
+    "redact": ((list,), REDACT_RULE),
+    "record_command": ((bool,), "true or false (false: record the program's name only, not its arguments)"),
 }
 #: Config keys whose values are booleans (any other key refuses true and false).
-BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog"})
+BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog", "record_command"})
 
 
 class ConfigFile(TypedDict, total=False):
@@ -110,6 +115,8 @@ class ConfigFile(TypedDict, total=False):
     retry_delay: float
     jitter: float
     success_exit: tuple[int, ...]  # read as the sorted codes (parse_success_exit)
+    redact: list[str]
+    record_command: bool
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -192,15 +199,20 @@ def _check_config_value(key: str, value: Any, expected: str, where: str) -> None
         raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
 
     if key == "ledger_keep_days" and not 1 <= value <= MAX_KEEP_DAYS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "output" and value not in OUTPUT_MODES:
-        refuse(f", not {value!r}")
+        refuse(f", not {quoted(value)}")
     if key == "notify_urls" and not all(isinstance(url, str) for url in value):
         refuse()
+    if key == "redact":
+        try:
+            parse_masking(value)
+        except ValueError as exc:
+            refuse(f", {exc}")
     if key in OUTPUT_PATH_KEYS:
         problem = output_path_problem(value, key, directories=key == "ledger")
         if problem:
@@ -242,14 +254,14 @@ def _time_value(key: str, value: float | str, expected: str, where: str) -> floa
     try:
         return parse_time_span(value, key, minimum=minimum, maximum=maximum, allow_zero=key in ZERO_TIME_KEYS)
     except UsageError:
-        raise ConfigError(f"config file {where}: {key} must be {expected}, not {value!r}") from None
+        raise ConfigError(f"config file {where}: {key} must be {expected}, not {quoted(value)}") from None
 
 
 def _success_exit(value: Any, expected: str, where: str) -> tuple[int, ...]:
     try:
         return parse_success_exit(value if isinstance(value, list) else str(value), "success_exit")
     except UsageError:
-        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {value!r}") from None
+        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {quoted(value)}") from None
 
 
 def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
@@ -279,7 +291,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
         where = f"{path}, line {line}" if line else str(path)
         if key not in CONFIG_KEYS:
             known = ", ".join(CONFIG_KEYS)
-            raise ConfigError(f"config file {where}: unknown key {key!r} (known keys: {known})")
+            raise ConfigError(f"config file {where}: unknown key {quoted(key)} (known keys: {known})")
         types, expected = CONFIG_KEYS[key]
         if (isinstance(value, bool) and key not in BOOL_CONFIG_KEYS) or not isinstance(value, types):
             raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")

@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from lockrun.core.errors import UsageError
+from lockrun.core.printable import quoted
 
 if TYPE_CHECKING:
     from lockrun.core.zones import Zone
@@ -23,7 +24,7 @@ def expand_once_key(template: str, zone: Zone | None = None) -> str:
 
     key = strftime(template, zone)
     if not _ONCE_KEY_RE.fullmatch(key):
-        raise UsageError(f"invalid --once key {template!r} (expands to {key!r}): use {ONCE_KEY_RULE}")
+        raise UsageError(f"invalid --once key {quoted(template)} (expands to {quoted(key)}): use {ONCE_KEY_RULE}")
     return key
 
 

@@ -21,6 +21,7 @@ from lockrun.core.defaults import (
     DEFAULT_RETRY_DELAY_S,
     DEFAULT_TTL,
 )
+from lockrun.core.masking import BUILT_IN, Masking, parse_masking
 
 # --- resolved settings ------------------------------------------------------------------
 
@@ -56,6 +57,9 @@ class Settings(NamedTuple):
     retry_delay: float = DEFAULT_RETRY_DELAY_S
     jitter: float = 0.0
     success_exit: tuple[int, ...] = ()
+    # The config file's `redact` and `record_command`: what the recorded command line hides
+    # (docs/fleet.md "What is published").
+    masking: Masking = BUILT_IN
 
     @property
     def backend_name(self) -> str:
@@ -140,4 +144,5 @@ def resolve(
         retry_delay=float(file.get("retry_delay", DEFAULT_RETRY_DELAY_S)),
         jitter=float(file.get("jitter", 0.0)),
         success_exit=tuple(file.get("success_exit", ())),
+        masking=parse_masking(file.get("redact", ()), file.get("record_command", True)),
     )

@@ -1,6 +1,10 @@
 """Parsers of single values, each with its documented range (docs/reference.md "Ranges"): lock names, run
 ids, seconds and durations, sizes, replicas, host names, notify statuses and URLs, output paths.
-A bad value raises UsageError (exit 2; 78 when it came from the config file).
+A bad value raises UsageError (exit 2; 78 when it came from the config file), quoting the value
+through :func:`~lockrun.core.printable.quoted` (a short prefix of a long one, ``\\xff`` for a byte).
+
+Every number is written in ASCII digits, with nothing around it (``--retry ' 2'`` and ``--ttl ١٢``
+are refused alike): one rule for flags, environment variables and config values.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from lockrun.core.defaults import (
     MIN_WARN_AFTER_S,
 )
 from lockrun.core.errors import UsageError
+from lockrun.core.printable import quoted
 from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
 from lockrun.system.safefs import special_file
 
@@ -33,7 +38,7 @@ NAME_RULE = (
     "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
 )
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\-]{0,199}")
-_SPAN_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_SPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([smhd]?)")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -42,7 +47,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def validate_name(name: str) -> str:
     if not _NAME_RE.fullmatch(name):
-        raise UsageError(f"invalid lock name {name!r}: use {NAME_RULE}")
+        raise UsageError(f"invalid lock name {quoted(name)}: use {NAME_RULE}")
     return name
 
 
@@ -54,7 +59,7 @@ def validate_run_id(text: str) -> str:
     (``3f2a9c1e``, ``3f2a9c1e-4b7d``). Lookups compare the hex digits alone (core/run_ids: older
     ledgers hold ids without dashes)."""
     if not _RUN_ID_RE.fullmatch(text):
-        raise UsageError(f"invalid run id {text!r}: use 4 to 32 hex digits of it, dashes allowed"
+        raise UsageError(f"invalid run id {quoted(text)}: use 4 to 32 hex digits of it, dashes allowed"
                          " (see lockrun history)")
     return text
 
@@ -92,19 +97,20 @@ def parse_time_span(
     if isinstance(text, (int, float)) and not isinstance(text, bool):  # a TOML number: seconds
         shown, value = repr(text), float(text)
     else:
-        match = _SPAN_RE.fullmatch(str(text).strip())
-        shown, value = str(text), float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
+        match = _SPAN_RE.fullmatch(str(text))
+        shown = quoted(str(text))
+        value = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
     ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
     if not ok:  # NaN compares false: also a value too long to be finite
         raise UsageError(
-            f"invalid {what} {shown!r}: expected {TIME_SYNTAX}, {seconds_range(minimum, allow_zero, maximum)}"
+            f"invalid {what} {shown}: expected {TIME_SYNTAX}, {seconds_range(minimum, allow_zero, maximum)}"
         )
     return value
 
 
 def is_time_span(text: str) -> bool:
     """Whether ``text`` is written as a time value (``90``, ``2m``): not necessarily in range."""
-    return _SPAN_RE.fullmatch(text.strip()) is not None
+    return _SPAN_RE.fullmatch(text) is not None
 
 
 def parse_seconds(
@@ -130,19 +136,20 @@ _HOST_RE = re.compile(r"[^\x00-\x20\x7f]{1,255}")
 def validate_host(text: str, what: str) -> str:
     """A host name to filter on: 1 to 255 printable characters, no spaces."""
     if not _HOST_RE.fullmatch(str(text)):
-        raise UsageError(f"invalid {what} {text!r}: expected a host name (1 to 255 printable characters, no spaces)")
+        raise UsageError(f"invalid {what} {quoted(text)}: expected a host name (1 to 255 printable characters,"
+                         " no spaces)")
     return str(text)
 
 
-_SIZE_RE = re.compile(r"(\d+)([kKmM]?)[bB]?")
+_SIZE_RE = re.compile(r"([0-9]+)([kKmM]?)[bB]?")
 
 
 def parse_size(text: str, what: str) -> int:
     """``512``, ``10k``, ``1m`` (powers of 1024) -> bytes, 1 byte to 16 MiB."""
-    match = _SIZE_RE.fullmatch(str(text).strip())
+    match = _SIZE_RE.fullmatch(str(text))
     size = int(match.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()] if match else 0
     if not 0 < size <= MAX_TAIL:
-        raise UsageError(f"invalid {what} {text!r}: expected a size like 512, 10k or 1m (at most 16m)")
+        raise UsageError(f"invalid {what} {quoted(text)}: expected a size like 512, 10k or 1m (at most 16m)")
     return size
 
 
@@ -154,11 +161,11 @@ def parse_replicas(text: str | int, what: str) -> int | str:
 
     0 (the default) waits for none; ``all`` for every replica in sync with the master.
     """
-    value = str(text).strip().lower()
+    value = str(text).lower()
     if value == ALL_REPLICAS:
         return ALL_REPLICAS
     if not re.fullmatch(r"[0-9]{1,6}", value) or int(value) > MAX_REPLICAS:
-        raise UsageError(f"invalid {what} {text!r}: expected {REPLICAS_RULE}")
+        raise UsageError(f"invalid {what} {quoted(text)}: expected {REPLICAS_RULE}")
     return int(value)
 
 
@@ -167,9 +174,20 @@ RETRY_RULE = f"a whole number from 0 to {MAX_RETRIES}"
 
 def parse_retry(text: str | int, what: str) -> int:
     """``--retry``: how many more attempts after a failed one, 0 to MAX_RETRIES."""
-    value = str(text).strip()
-    if not re.fullmatch(r"[0-9]{1,4}", value) or int(value) > MAX_RETRIES:
-        raise UsageError(f"invalid {what} {text!r}: expected {RETRY_RULE}")
+    return parse_whole(text, what, 0, MAX_RETRIES)
+
+
+def whole_rule(minimum: int, maximum: int) -> str:
+    return f"a whole number from {minimum} to {maximum}"
+
+
+def parse_whole(text: str | int, what: str, minimum: int, maximum: int) -> int:
+    """A whole number in ASCII digits, from ``minimum`` to ``maximum``: ``--retry``, ``--slots``,
+    ``-E``, ``--limit``, ``--width`` (click's IntRange took ``' 2'`` and ``٢``)."""
+    value = str(text)
+    digits = len(str(maximum))
+    if not re.fullmatch(rf"[0-9]{{1,{digits}}}", value) or not minimum <= int(value) <= maximum:
+        raise UsageError(f"invalid {what} {quoted(text)}: expected {whole_rule(minimum, maximum)}")
     return int(value)
 
 
@@ -188,15 +206,14 @@ SUCCESS_EXIT_RULE = f"a comma-separated list of exit codes from 1 to 255 (at mos
 
 def parse_success_exit(text: str | list[object], what: str) -> tuple[int, ...]:
     """``--success-exit 24`` or ``1,24`` (a config file may give a list): the codes, sorted, once each."""
-    parts = [str(part).strip() for part in text] if isinstance(text, list) else str(text).split(",")
+    parts = [str(part) for part in text] if isinstance(text, list) else str(text).split(",")
     codes = set()
     for part in parts:
-        part = part.strip()
         if not re.fullmatch(r"[0-9]{1,3}", part) or not 1 <= int(part) <= 255:
-            raise UsageError(f"invalid {what} {text!r}: expected {SUCCESS_EXIT_RULE}")
+            raise UsageError(f"invalid {what} {quoted(text)}: expected {SUCCESS_EXIT_RULE}")
         codes.add(int(part))
     if not codes or len(codes) > MAX_SUCCESS_EXITS:
-        raise UsageError(f"invalid {what} {text!r}: expected {SUCCESS_EXIT_RULE}")
+        raise UsageError(f"invalid {what} {quoted(text)}: expected {SUCCESS_EXIT_RULE}")
     return tuple(sorted(codes))
 
 
@@ -215,7 +232,7 @@ def parse_notify_statuses(text: str, what: str) -> tuple[str, ...]:
     """``failed,lost`` -> ("failed", "lost"); every name must be a final ledger status, or ``slow``."""
     statuses = tuple(part.strip() for part in str(text).split(",") if part.strip())
     if not statuses or any(status not in NOTIFY_EVENTS for status in statuses):
-        raise UsageError(f"invalid {what} {text!r}: a comma-separated list of {', '.join(NOTIFY_EVENTS)}")
+        raise UsageError(f"invalid {what} {quoted(text)}: a comma-separated list of {', '.join(NOTIFY_EVENTS)}")
     return statuses
 
 
@@ -228,7 +245,7 @@ def parse_status_filter(text: str, what: str) -> frozenset[str]:
     names = [part.strip() for part in str(text).split(",")]
     if not all(name in STATUS_FILTER_NAMES for name in names):
         raise UsageError(
-            f"invalid {what} {text!r}: expected ledger statuses, comma-separated or repeated"
+            f"invalid {what} {quoted(text)}: expected ledger statuses, comma-separated or repeated"
             f" ({', '.join(STATUS_FILTER_NAMES[:-1])}), or {FAILURES}"
             f" ({', '.join(FAILURE_STATUSES)})"
         )
@@ -260,7 +277,7 @@ def validate_http_url(url: str, what: str) -> str:
     except ValueError:
         ok = False
     if not ok:
-        raise UsageError(f"invalid {what} {redact_endpoint(url)!r}: expected an http:// or https:// URL")
+        raise UsageError(f"invalid {what} {quoted(redact_endpoint(url))}: expected an http:// or https:// URL")
     return url
 
 
@@ -327,7 +344,8 @@ def validate_pause_reason(text: str, what: str) -> str:
     from lockrun.core.defaults import MAX_PAUSE_REASON
 
     if len(text) > MAX_PAUSE_REASON or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
-        raise UsageError(f"invalid {what} {text[:40]!r}: one line of at most {MAX_PAUSE_REASON} printable characters")
+        raise UsageError(f"invalid {what} {quoted(text)}: one line of at most {MAX_PAUSE_REASON} printable"
+                         " characters")
     return text
 
 
@@ -338,5 +356,5 @@ def parse_schedule(text: str, what: str) -> str:
     expression = " ".join(str(text).split())
     problem = cron_problem(expression)
     if problem is not None:
-        raise UsageError(f"invalid {what} {text!r}: {problem}")
+        raise UsageError(f"invalid {what} {quoted(text)}: {problem}")
     return expression

@@ -12,6 +12,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+#: How many characters of a user's value an error line quotes (docs/reference.md "Bad input"):
+#: enough to recognise it; a 100 KB value is not echoed whole.
+QUOTED_CHARS = 60
+
 
 def printable(text: str, keep: str = "") -> str:
     """``text`` with its control characters (all but those in ``keep``) written as escapes; a byte
@@ -28,3 +32,23 @@ def command_line(argv: Sequence[str] | None) -> str:
     """An argv as a shell would take it back (``sh -c 'sleep 30'``): quoting kept, so that what
     is shown is what ran; ``-`` for none."""
     return shlex.join(argv) if argv else "-"
+
+
+def clipped(text: str, limit: int = QUOTED_CHARS) -> str:
+    """:func:`printable` ``text``, cut after ``limit`` characters with ``…`` and its length."""
+    if len(text) <= limit:
+        return printable(text)
+    return f"{printable(text[:limit])}… ({len(text)} characters)"
+
+
+def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
+    """A user's value as an error line quotes it: ``'value'`` (``"it's"``), its control characters
+    and non-UTF-8 bytes escaped (``\\xff``, never ``\\udcff``), at most ``limit`` characters of it
+    (``'aaaa…' (100000 characters)``). Not a string (a TOML number or list): as Python writes it.
+    The one helper for every value an error line quotes."""
+    if not isinstance(value, str):
+        return clipped(repr(value), limit)
+    quote = '"' if "'" in value and '"' not in value else "'"
+    head = value if len(value) <= limit else value[:limit]
+    shown = printable(head).replace(quote, "\\" + quote)
+    return f"{quote}{shown}{quote}" if head is value else f"{quote}{shown}…{quote} ({len(value)} characters)"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from lockrun.core.clock import parse_iso
+from lockrun.core.printable import quoted
 
 Number = TypeVar("Number", int, float)
 # Redis integers are signed 64-bit; anything wider was not written by lockrun.
@@ -121,7 +122,7 @@ def as_int(value: object, low: int, high: int) -> int | None:
         if text is None:
             return None  # an empty field: not known yet (child_pid before the first renewal)
         if not _INTEGER_RE.fullmatch(text.strip()):
-            raise Unusable(f"{text[:40]!r} is not a whole number")
+            raise Unusable(f"{quoted(text, 40)} is not a whole number")
         value = int(text)
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -155,14 +156,14 @@ def int_between(low: int, high: int) -> Callable[[object], int | None]:
 def as_time(value: object) -> str | None:
     text = as_text(value)
     if text is not None and parse_iso(text) is None:
-        raise Unusable(f"{text[:40]!r}, not an ISO 8601 UTC time")
+        raise Unusable(f"{quoted(text, 40)}, not an ISO 8601 UTC time")
     return text
 
 
 def as_machine_id(value: object) -> str | None:
     text = as_text(value)
     if text is not None and not _MACHINE_ID_RE.fullmatch(text):
-        raise Unusable(f"{text[:40]!r} is not a machine id (32 hex digits)")
+        raise Unusable(f"{quoted(text, 40)} is not a machine id (32 hex digits)")
     return text
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lockrun.core.errors import UsageError
+from lockrun.core.printable import quoted
 
 ZONE_RULE = "an IANA time zone name such as UTC, Europe/Berlin or Asia/Jakarta"
 #: The longest IANA name has 32 characters (America/Argentina/ComodRivadavia).
@@ -134,8 +135,8 @@ def parse_zone(text: str, what: str, source: str | None = None) -> Zone:
     name = str(text).strip()
     zone = _load(name)
     if zone is None:
-        shown = name if len(name) <= MAX_ZONE_NAME else name[:MAX_ZONE_NAME] + "..."
-        raise UsageError(f"unknown time zone {shown!r}: expected {ZONE_RULE} (as in /usr/share/zoneinfo)")
+        raise UsageError(f"unknown time zone {quoted(text, MAX_ZONE_NAME)}: expected {ZONE_RULE}"
+                         " (as in /usr/share/zoneinfo)")
     named = canonical(name)
     return Zone(named, _load(named) or zone, source or what)
 
@@ -215,12 +216,12 @@ def local_zone() -> Zone:
             return Zone(UTC, _utc(), f"{source}, TZ={tz}")
         if not spec.startswith("/"):
             if _load(spec) is None:
-                raise _cannot_name(f"TZ={tz[:80]!r} is not an IANA zone name")
+                raise _cannot_name(f"TZ={quoted(tz, 80)} is not an IANA zone name")
             return parse_zone(spec, "TZ", f"{source}, TZ={tz}")
         if os.path.realpath(spec) != os.path.realpath(LOCALTIME):
             name = _relative_to_a_root(spec)
             if name is None or _load(name) is None:
-                raise _cannot_name(f"TZ={tz[:80]!r} is no IANA zone file of the zone directory")
+                raise _cannot_name(f"TZ={quoted(tz, 80)} is no IANA zone file of the zone directory")
             return parse_zone(name, "TZ", f"{source}, TZ={tz}")
     if not os.path.lexists(LOCALTIME):
         return Zone(UTC, _utc(), f"{source}, no {LOCALTIME}")

@@ -160,6 +160,7 @@ def plan_run(flags: RunFlags, resolved: settings.Settings, report: Report) -> Ru
         retry_delay=flags.retry_delay if flags.retry_delay is not None else resolved.retry_delay,
         jitter=flags.jitter if flags.jitter is not None else resolved.jitter,
         success_exit=flags.success_exit if flags.success_exit is not None else resolved.success_exit,
+        masking=resolved.masking,
     )
     allow_eviction = flags.allow_eviction or resolved.allow_eviction
     return Run(

@@ -20,6 +20,9 @@ import os
 import signal
 from collections.abc import Iterable
 
+from lockrun.core.masking import BUILT_IN, Masking, mask_command
+from lockrun.core.os_text import escaped_all
+
 _children_files: bool | None = None  # whether this kernel has /proc/PID/task/TID/children
 
 
@@ -163,11 +166,13 @@ def send(proc: Proc, signum: int) -> bool:
     return True
 
 
-def command_line(pid: int, limit: int = 60) -> str:
-    """What ``pid`` runs, for a ledger note: its argv joined by spaces, cut to ``limit`` characters."""
+def command_line(pid: int, limit: int = 60, masking: Masking = BUILT_IN) -> str:
+    """What ``pid`` runs, for a ledger note: its argv, masked as the run's command is (the note goes
+    where the command line goes: core/masking.py), joined by spaces, cut to ``limit`` characters."""
     text = ""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-        text = f.read(4096).rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        argv = [os.fsdecode(arg) for arg in f.read(4096).rstrip(b"\0").split(b"\0")]
+        text = " ".join(mask_command(escaped_all(argv), masking)) if any(argv) else ""
     if not text:
         with contextlib.suppress(OSError), open(f"/proc/{pid}/comm", "rb") as f:
             text = "[" + f.read().strip().decode("utf-8", "replace") + "]"

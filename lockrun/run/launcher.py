@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from lockrun.core.errors import CommandNotRunnable, ExitCode
-from lockrun.core.printable import printable
+from lockrun.core.printable import clipped
 from lockrun.run.signals import FORWARDED_SIGNALS
 
 PR_SET_PDEATHSIG = 1
@@ -37,11 +37,13 @@ def load_prctl() -> Callable[..., int] | None:
         return None
 
 
-def check_runnable(argv: list[str]) -> None:
-    """Fail early, before taking the lock, for a command that cannot be executed."""
+def check_runnable(argv: list[str], shown: str | None = None) -> None:
+    """Fail early, before taking the lock, for a command that cannot be executed; the message names
+    it as ``shown`` (the program as the run records it: core/masking.py)."""
     if shutil.which(argv[0]):
         return
-    program = printable(argv[0])  # named in one line: a newline or an escape in it is shown escaped
+    # Named in one line: a newline or an escape in it is shown escaped, a long one cut.
+    program = clipped(argv[0] if shown is None else shown) or "''"  # lockrun -- "": say what is not found
     if "/" in argv[0]:
         if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
             raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
@@ -54,7 +56,7 @@ def check_runnable(argv: list[str]) -> None:
 
 
 def spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
-    program = printable(program)
+    program = clipped(program)
     if isinstance(exc, FileNotFoundError):
         return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
     return CommandNotRunnable(f"{program}: cannot execute: {exc.strerror or exc}", ExitCode.NOT_EXECUTABLE)

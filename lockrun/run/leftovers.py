@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lockrun.core.masking import BUILT_IN, Masking
 from lockrun.run import descendants
 
 if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER
@@ -31,7 +32,8 @@ ADOPT_AFTER = 0.01
 class Leftovers:
     """The command's descendants outside its group, and lockrun's orphans, for one run."""
 
-    def __init__(self, watchdog: Watchdog, clock: Callable[[], float]) -> None:
+    def __init__(self, watchdog: Watchdog, clock: Callable[[], float], masking: Masking = BUILT_IN) -> None:
+        self._masking = masking  # how the note shows their command lines (core/masking.py)
         self._watchdog = watchdog  # lockrun's child, not the command's: never a stray
         self._clock = clock
         # Whether lockrun sees what leaves the command's group: not under --keep-detached, without a
@@ -54,7 +56,7 @@ class Leftovers:
         if self._strays is None:
             from lockrun.run.strays import Strays
 
-            self._strays = Strays(os.getpid(), skip=self.skip, cgroup=self.cgroup)
+            self._strays = Strays(os.getpid(), skip=self.skip, cgroup=self.cgroup, masking=self._masking)
         return self._strays
 
     def command_launched(self) -> None:

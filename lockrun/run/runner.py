@@ -43,6 +43,7 @@ from lockrun.core.defaults import (
     DEFAULT_RETRY_DELAY_S,
 )
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
+from lockrun.core.masking import BUILT_IN, Masking, mask_command
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
 from lockrun.core.run_ids import new_run_id
@@ -54,7 +55,7 @@ from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
 from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import lease_problem, watch
+from lockrun.run.watch import REPLACED, lease_problem, watch
 from lockrun.system.collection import resume_after_startup
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class RunOptions(NamedTuple):
     retry_delay: float = DEFAULT_RETRY_DELAY_S  # the pause before the first retry; doubling after
     jitter: float = 0.0  # --jitter: a random sleep in [0, jitter) before the first try for the lock
     success_exit: tuple[int, ...] = ()  # --success-exit: exit codes that count as success
+    masking: Masking = BUILT_IN  # what the recorded command line hides (config redact, record_command)
 
 
 class Run:
@@ -145,8 +147,11 @@ class Run:
         self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
         self.run_id = new_run_id()  # a dashed UUID: the one format of every run id (core/run_ids)
         self.first_run_id = self.run_id  # --retry: every attempt's row names the first one's run id
+        # The command line as every record of the run keeps it (the ledger, the holder's record,
+        # the fleet record, webhooks): its secrets masked, once (docs/fleet.md "What is published").
+        self.recorded_argv = mask_command(escaped_all(options.argv), options.masking)
         self._record = RunRecord(
-            run_id=self.run_id, name=options.name, command=options.argv, backend=backend_name,
+            run_id=self.run_id, name=options.name, command=self.recorded_argv, backend=backend_name,
             started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
             cadence=options.cadence,
             attempt=1 if options.retry else None, first_run_id=self.run_id if options.retry else None,
@@ -173,7 +178,7 @@ class Run:
 
     def _execute(self) -> Outcome:
         try:
-            check_runnable(self.options.argv)
+            check_runnable(self.options.argv, shown=self.recorded_argv[0])
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
             outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
@@ -212,7 +217,7 @@ class Run:
         self._tail_size = opts.capture_tail or opts.failure_tail or (DEFAULT_FAILURE_TAIL if spool else None)
         self._spool = spool
         supervisor = Supervisor(self.options.argv, env=self._env, capture_tail=self._tail_size,
-                                keep_detached=self.options.keep_detached, spool=spool)
+                                keep_detached=self.options.keep_detached, spool=spool, masking=opts.masking)
         supervisor.signals.install()
         backend = None
         try:
@@ -265,7 +270,7 @@ class Run:
             self.report("info", f"--once key {opts.once_key!r} computed in {opts.once_zone.name}"
                                 f" ({opts.once_zone.source})")
         lease_client = LeaseClient(
-            backend, opts.name, opts.ttl, run_id=self.run_id, argv=escaped_all(opts.argv), report=self.report,
+            backend, opts.name, opts.ttl, run_id=self.run_id, argv=self.recorded_argv, report=self.report,
             slots=opts.slots, cadence=opts.cadence,
             once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
                          zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
@@ -355,7 +360,7 @@ class Run:
             # The previous attempt's group and descendants are gone (Supervisor.finish): a fresh one.
             current = Supervisor(self.options.argv, env={**self._env, "LOCKRUN_RUN_ID": self.run_id},
                                  capture_tail=self._tail_size, keep_detached=self.options.keep_detached,
-                                 signals=supervisor.signals, spool=self._spool)
+                                 signals=supervisor.signals, spool=self._spool, masking=self.options.masking)
 
     def _between_attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
                           backstop: Backstop | None, outcome: Outcome, attempt: int) -> Lease | Outcome:
@@ -384,8 +389,8 @@ class Run:
             finished.finish(outcome)  # the attempt's final row, while the keeper renews
             self._to_syslog(finished, outcome)
             if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
-                                 why=keeper.lost_reason or "the lock was taken over or cleared")
+                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
+                    PauseEnd(Status.LOST, why=keeper.lost_reason or "the lock was taken over or cleared")
             else:
                 ended = pause(delay, keeper, signals)
         finally:
@@ -403,8 +408,8 @@ class Run:
                 lease, signals, f"begin attempt {attempt + 1}")
             lease = self._renewed(lease, found, sent)
             if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED if found == PREEMPTED else Status.LOST,
-                                 why="the lock was taken over or cleared (its token no longer matches)")
+                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
+                    PauseEnd(Status.LOST, why="the lock was taken over or cleared (its token no longer matches)")
             elif found is None and not signals.received:
                 # No attempt starts on a lease the backend has not confirmed since the pause.
                 ended = PauseEnd(Status.LOST, why="the backend could not be reached to begin the attempt")
@@ -416,8 +421,13 @@ class Run:
         before = f"before attempt {attempt + 1}"
         if ended.signum is not None:
             return self._interrupted(ended.signum, f"during the --retry pause, {before}", lease.fencing_token)
+        if ended.status == Status.PREEMPTED:  # not a lost lease: another run asked for it, and has it next
+            said = f"replaced by --replace during the --retry pause {before}"
+            self.report("warn", f"{opts.name!r}: {said}")
+            return Outcome(exit_code=ExitCode.LOST, status=Status.PREEMPTED, fencing_token=lease.fencing_token,
+                           note=said, lease_lost=True)
         why = f"{ended.why}, during the --retry pause {before}"
-        self.report("warn" if ended.status == Status.PREEMPTED else "error", f"lease on {opts.name!r} lost: {why}")
+        self.report("error", f"lease on {opts.name!r} lost: {why}")
         return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
                        note=f"lease lost: {why}", lease_lost=True)
 
@@ -602,7 +612,10 @@ class Run:
         if self.delivery is None:
             return outcome
         shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
-        failed = self.delivery.run_ended(self.journal.row(outcome), outcome.holder, shared_tail)
+        holder = outcome.holder
+        if holder is not None:  # what kept the run out, as any host's record may say it: masked again
+            holder = holder._replace(command=mask_command(list(holder.command), self.options.masking))
+        failed = self.delivery.run_ended(self.journal.row(outcome), holder, shared_tail)
         if failed is None:
             return outcome
         self.report("warn", f"could not deliver notifications: {failed}")

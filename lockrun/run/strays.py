@@ -20,6 +20,7 @@ import signal
 from collections.abc import Callable, Iterable
 
 from lockrun.core.clock import utc_now_iso
+from lockrun.core.masking import BUILT_IN, Masking
 from lockrun.run import descendants
 from lockrun.run.cgroup import RunCgroup
 from lockrun.run.descendants import Proc
@@ -33,7 +34,8 @@ KILL_ROUNDS = 1000
 
 class Strays:
     def __init__(self, root: int, skip: Callable[[], Iterable[int | None]],
-                 cgroup: Callable[[], RunCgroup | None] = lambda: None) -> None:
+                 cgroup: Callable[[], RunCgroup | None] = lambda: None, masking: Masking = BUILT_IN) -> None:
+        self._masking = masking  # the note shows their command lines as the run's own is recorded
         self.root = root  # lockrun itself: the subreaper whose tree holds them all
         self._skip = skip  # lockrun's own children that are not the command's (the watchdog)
         self._cgroup = cgroup  # the run's cgroup, once it has one (cgroup.Adopter)
@@ -53,7 +55,8 @@ class Strays:
     def _note(self, proc: Proc) -> None:
         key = (proc.pid, proc.start)
         if key not in self.found:  # (only the ones the note names are worth reading /proc for)
-            self.found[key] = descendants.command_line(proc.pid) if len(self.found) < NOTE_NAMES else ""
+            named = len(self.found) < NOTE_NAMES
+            self.found[key] = descendants.command_line(proc.pid, masking=self._masking) if named else ""
 
     def terminate(self, outside_pgid: int | None = None) -> int:
         """SIGTERM (then SIGCONT, so that a stopped one sees it) every live descendant that has not

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from lockrun.core.errors import ExitCode
+from lockrun.core.masking import BUILT_IN, Masking, mask_command
 from lockrun.run import descendants
 from lockrun.run.launcher import launch, load_prctl, read_all, spawn_error, write_all
 from lockrun.run.leftovers import Leftovers
@@ -65,9 +66,10 @@ class Supervisor:
     def __init__(
         self, argv: list[str], env: dict[str, str], capture_tail: int | None = None,
         clock: Callable[[], float] = time.monotonic, keep_detached: bool = False,
-        signals: SignalRelay | None = None, spool: OutputSpool | None = None,
+        signals: SignalRelay | None = None, spool: OutputSpool | None = None, masking: Masking = BUILT_IN,
     ) -> None:
         self.argv = argv
+        self.masking = masking  # how messages and notes show a command line (core/masking.py)
         self.keep_detached = keep_detached  # what leaves the command's group is left alone
         self._clock = clock  # the monotonic clock of the kill schedule; a parameter for the unit tests
         self.env = env
@@ -96,7 +98,7 @@ class Supervisor:
         self._prctl: Callable[..., int] | Literal[False] | None = None  # libc's prctl once loaded; False: none
         self._tty_fd: int | None = None
         self._subreaper = False
-        self.leftovers = Leftovers(self.watchdog, clock)  # what leaves the command's group, and orphans
+        self.leftovers = Leftovers(self.watchdog, clock, masking)  # what leaves the command's group, and orphans
         self._command_exit: ChildExit | None = None  # the command's exit, once it is reaped
         #: When finish() stops waiting for a destination to take the output (monotonic): the end of
         #: --timeout and its grace, when the command would have been killed. None: no bound.
@@ -191,7 +193,8 @@ class Supervisor:
             self._reap_unlaunched()
             self.watchdog.disarm()
             code = int(report.split(b":")[0] or 0)
-            raise spawn_error(self.argv[0], OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+            program = mask_command(self.argv[:1], self.masking)[0]  # named as the run records it
+            raise spawn_error(program, OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
         self.launched = True
         self.leftovers.command_launched()
         if self._output_routes is not None and self.tail is not None:

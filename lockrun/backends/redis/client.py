@@ -29,6 +29,7 @@ from lockrun.backends.redis.replies import int_or_none, text
 from lockrun.backends.redis.scripts import ScriptCall
 from lockrun.backends.redis.url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, ClusterURL, parse_cluster_url, redact_url
 from lockrun.core.errors import BackendUnavailable, ForeignData, NothingTaken, UsageError
+from lockrun.core.printable import quoted
 
 # Everything redis-py raises for a server that cannot serve us (RedisClusterException is
 # not a RedisError: it says a cluster's slot map could not be had).
@@ -301,7 +302,7 @@ class RedisConnection:
         odd = [(f"{key} is a {kind}, not a {want}", key != keys.fence)
                for (key, want), kind in zip(expected, kinds, strict=True) if kind not in ("none", want)]
         if fence is not None and int_or_none(fence) is None:
-            odd.append((f"{keys.fence} holds {text(fence)[:40]!r}, not a number", False))
+            odd.append((f"{keys.fence} holds {quoted(text(fence), 40)}, not a number", False))
         return odd
 
     @staticmethod

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from lockrun.core.errors import ConfigError, UsageError
+from lockrun.core.printable import quoted
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -25,30 +26,48 @@ def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = U
         try:
             parse_cluster_url(url)
         except ValueError as exc:
-            raise error(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
+            raise error(f"invalid Redis URL {quoted(redact_url(url))}: {exc}") from None
         return url
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise error(f"invalid Redis URL {redact_url(url)!r}: cannot parse it") from None
+        raise error(f"invalid Redis URL {quoted(redact_url(url))}: cannot parse it") from None
+    db_path = parts.path if parts.scheme != "unix" else ""
+    number = _non_ascii_number(parts.netloc.rpartition("@")[2], db_path, parts.query)
+    if number is not None:  # Python 3.10's urlsplit reads a port of other digits (٦٣٧٩) as a number
+        raise error(f"invalid Redis URL {quoted(redact_url(url))}: {number} must be written in ASCII digits")
     if parts.scheme not in REDIS_SCHEMES:
         raise error(
-            f"invalid Redis URL {redact_url(url)!r}: the scheme must be redis://, rediss://, unix://,"
+            f"invalid Redis URL {quoted(redact_url(url))}: the scheme must be redis://, rediss://, unix://,"
             " redis+cluster:// or redis+sentinel://"
         )
     if parts.scheme == "unix" and not parts.path:
-        raise error(f"invalid Redis URL {redact_url(url)!r}: a unix:// URL needs a socket path")
+        raise error(f"invalid Redis URL {quoted(redact_url(url))}: a unix:// URL needs a socket path")
     allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
     for key, _ in parse_qsl(parts.query, keep_blank_values=True):
         if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
-            raise error(f"invalid Redis URL {redact_url(url)!r}: {key} applies to rediss:// (TLS) URLs only")
+            raise error(f"invalid Redis URL {quoted(redact_url(url))}: {key} applies to rediss:// (TLS) URLs only")
         if key not in allowed + TLS_QUERY_PARAMETERS:
             raise error(
-                f"invalid Redis URL {redact_url(url)!r}: unknown query parameter {key!r}"
+                f"invalid Redis URL {quoted(redact_url(url))}: unknown query parameter {quoted(key)}"
                 f" (known: {', '.join(allowed)}; with rediss://: ssl_*)"
             )
     return url
+
+
+def _non_ascii_number(hostport: str, path: str, query: str) -> str | None:
+    """Which number of a URL (its port, the database in its path or ``?db=``) is not ASCII digits."""
+    port = hostport.rpartition("]")[2].rpartition(":")[2] if ":" in hostport.rpartition("]")[2] else ""
+    if port and not (port.isascii() and port.isdigit()):
+        return "the port"
+    db = path.strip("/")
+    if db and not (db.isascii() and db.isdigit()):
+        return "the database number"
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == "db" and not (value.isascii() and value.isdigit()):
+            return "the database number"
+    return None
 
 
 #: The query parameters a redis:// or unix:// URL may carry (redis-py reads them; the
@@ -87,8 +106,8 @@ def parse_cluster_url(url: str) -> ClusterURL:
         service, _, db_text = path.strip("/").partition("/")
         if not service:
             raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
-        if db_text and not db_text.isdigit():
-            raise ValueError(f"the database after the master's name is a number, not {db_text!r}")
+        if db_text and not (db_text.isascii() and db_text.isdigit()):
+            raise ValueError(f"the database after the master's name is a number, not {quoted(db_text)}")
         db = int(db_text or 0)
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
@@ -98,8 +117,8 @@ def parse_cluster_url(url: str) -> ClusterURL:
     nodes = []
     for item in filter(None, hosts.split(",")):
         host, colon, port = item.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {item!r}")
+        if not colon or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {quoted(item)}")
         nodes.append((host.strip("[]"), int(port)))
     if not nodes:
         raise ValueError(f"a {scheme}:// URL needs at least one host:port")

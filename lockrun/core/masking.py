@@ -1,0 +1,422 @@
+"""The command line as lockrun records it: secrets masked (docs/fleet.md "What is published").
+
+A crontab line often carries credentials (``pg_dump postgresql://app:pw@db/sales``, ``curl -H
+'Authorization: Bearer …'``, ``env PGPASSWORD=… psql``). The command line lockrun records goes to
+the fleet record, which every host and every user of that Redis can read, to ``history --fleet``
+and ``status`` on every host, to webhooks and to the ledger; so it is masked first, once, by
+:func:`mask_command`, and every record of the run keeps the masked argv. The rules:
+
+- the password of a URL: ``scheme://user:***@host``;
+- the value of an option that names a secret (:func:`is_secret_name`): ``--password=***``,
+  ``--token ***``, ``-password ***``;
+- ``NAME=***`` where NAME names a secret (``PGPASSWORD=``, ``AWS_SECRET_ACCESS_KEY=``, a query
+  string's ``?token=``, a DSN's ``password=``), as an argument of its own or inside one;
+- a header whose name names a secret: ``Authorization: Bearer ***``, ``X-Api-Key: ***``,
+  ``Cookie: ***``; and a JSON string under such a key (``{"token": "***"}``);
+- the options of a few clients whose password option is a short one (:data:`CLIENT_OPTIONS`),
+  after the client's name:
+  ``mysql -p***``, ``redis-cli -a ***``, ``curl -u user:***``, ``sshpass -p ***``, …;
+- the user's own rules (config ``redact``: :func:`parse_masking`).
+
+The same rules apply inside an argument that is a shell script (``sh -c 'curl -u a:b …'``): its
+words are read as argv words, and a control operator (``|``, ``&&``, ``;``) ends a client's
+options. Each masked value becomes ``***`` (the fleet record's entries hold the command as a
+number into ``vals``: their 132 bytes per run, bench/RESULTS.md, do not change), and masking twice
+changes nothing. Masking errs towards hiding: a flag whose next
+word is not its value (``psql --password db``) hides that word.
+
+Pure and standard library only: the run path imports it for every run, the tests call it directly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from lockrun.core.printable import quoted
+
+#: What a masked value becomes.
+MASK = "***"
+
+#: The last word of a name (``--db-password``, ``GITHUB_TOKEN``, ``X-Api-Key``) that makes it name
+#: a secret; ``pwd`` only after another word (``MYSQL_PWD``, not the shell's ``PWD``).
+SECRET_WORDS = frozenset({
+    "password", "passwd", "passphrase", "pass", "secret", "secrets", "token", "apikey", "auth",
+    "authorization", "cookie", "credential", "credentials",
+})
+#: ... or the end of a name written as one word (``PGPASSWORD``, ``authtoken``, ``clientsecret``).
+SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey")
+#: ``key`` names a secret after one of these words (``api-key``, ``AWS_SECRET_ACCESS_KEY``,
+#: ``Ocp-Apim-Subscription-Key``); not ``--private-key`` or ``--access-key``, which name a file or an id.
+KEY_QUALIFIERS = frozenset({"api", "secret", "auth", "subscription", "master", "account", "encryption", "signing"})
+#: A name that begins with one of these is a flag about a secret, not one: ``--no-password``, ``--ask-pass``.
+NOT_SECRET_FIRST = frozenset({"no", "ask"})
+
+#: Per client (the basename of its program), its options whose value is a secret, and how:
+#: ``value`` (``-p SECRET``, ``-pSECRET``, ``-p=SECRET``), ``attached`` (only ``-pSECRET``: mysql's
+#: ``-p`` alone asks for the password, and its next word is the database), or the separator after
+#: which a ``user<sep>password`` value's password begins (curl's ``:``, smbclient's ``%``).
+#: ``-p`` is a port for most other programs (psql, pg_dump, ssh, rsync): never masked there.
+_MYSQL = {"-p": "attached"}
+_MONGO = {"-p": "value"}
+CLIENT_OPTIONS: dict[str, dict[str, str]] = {
+    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlslap",
+                     "mysqlpump", "mysqlbinlog", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import",
+                     "mariadb-check", "mariadb-show", "mariadb-slap", "mariadb-binlog"), _MYSQL),
+    **dict.fromkeys(("mongo", "mongosh", "mongodump", "mongorestore", "mongoexport", "mongoimport",
+                     "mongostat", "mongotop", "mongofiles"), _MONGO),
+    **dict.fromkeys(("redis-cli", "valkey-cli", "keydb-cli"), {"-a": "value"}),
+    "sshpass": {"-p": "value"},
+    "curl": {"-u": ":", "--user": ":", "-U": ":", "--proxy-user": ":"},
+    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget"), {"-U": "%", "--user": "%"}),
+    "lftp": {"-u": ","},
+    **dict.fromkeys(("sqlcmd", "bcp", "mosquitto_pub", "mosquitto_sub"), {"-P": "value"}),
+    **dict.fromkeys(("ldapsearch", "ldapmodify", "ldapadd", "ldapdelete", "ldapwhoami", "ldappasswd",
+                     "ldapcompare", "ldapmodrdn"), {"-w": "value"}),
+    "openssl": {"-passin": "value", "-passout": "value", "-k": "value"},
+    **dict.fromkeys(("zip", "unzip"), {"-P": "value"}),
+    **dict.fromkeys(("7z", "7za", "7zr"), {"-p": "attached"}),
+}
+#: Words that end a client's options in a shell script (``mysql -pX db; rsync -pa …``): what follows
+#: is another command. Only in a script: in an argv they are arguments like any other.
+CONTROL_WORDS = frozenset({"|", "||", "&&", ";", "&"})
+
+#: Header-style schemes kept in front of a masked credential (``Authorization: Bearer ***``).
+AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate", "ntlm", "oauth", "apikey", "bot",
+                          "key", "ssws"})
+
+#: The config key ``redact``: at most this many entries, each at most this long.
+MAX_REDACT_ENTRIES = 100
+MAX_REDACT_ENTRY = 200
+REDACT_RULE = (f"a list of at most {MAX_REDACT_ENTRIES} strings, each an option whose value is masked"
+               " (\"--api-key\", \"-k\"), a name that names a secret (\"DB_CRED\": NAME=…, --NAME …, NAME: …)"
+               " or \"re:\" and a regular expression whose matches (or groups) are masked")
+
+
+class Masking(NamedTuple):
+    """The user's rules (config ``redact`` and ``record_command``) on top of the built-in ones."""
+
+    options: frozenset[str] = frozenset()  # "--api-key", "-k": exactly as the command writes them
+    names: frozenset[str] = frozenset()  # normalized (see _normal): "db_cred"
+    patterns: tuple[re.Pattern[str], ...] = ()
+    record_command: bool = True  # False: only the program's name is recorded
+
+
+#: The built-in rules alone.
+BUILT_IN = Masking()
+
+# The patterns are compiled when first used (re's own cache keeps them): a plain command line,
+# most of them, needs none, and a run does not pay for compiling them at start-up.
+# A URL's scheme and "://" (its authority follows, up to / ? # or a space).
+_URL = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://"
+# NAME= (an option's --NAME= too), not inside a longer word.
+_ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)="
+# Name: value, as a header is written (not scheme://).
+_HEADER = r"(?<![A-Za-z0-9_.\-])([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(?!//)[ \t]*"
+# "key": "value" in JSON.
+_JSON_PAIR = r'"([^"\\]{1,100})"\s*:\s*"((?:[^"\\]|\\.)*)"'
+# A word of a script: quoted parts belong to it, spaces and all ('a b' is one word).
+_WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[^\s'"])+"""
+# Where an unquoted value inside a longer text ends.
+_VALUE_END = r"[\s'\"&;`]"
+_QUERY_VALUE_END = r"[\s'\"&#]"
+_DSN_VALUE_END = r"[\s'\";]"
+_QUOTES = "'\""
+_AUTH_SCHEME = r"([A-Za-z][A-Za-z0-9\-]*)[ \t]+(?=\S)"  # Bearer, Basic: kept before the credential
+
+
+def _script_flag(arg: str) -> bool:
+    """``-c`` (sh -c, bash -lc, su -c): the next argument is a script."""
+    return len(arg) >= 2 and arg[0] == "-" and arg[-1] == "c" and arg[1:].isascii() and arg[1:].isalpha()
+
+
+def _normal(name: str) -> str:
+    return name.lstrip("-").lower().replace("-", "_").replace(".", "_")
+
+
+def is_secret_name(name: str, masking: Masking = BUILT_IN) -> bool:
+    """Whether an option, variable, header or JSON key called ``name`` holds a secret."""
+    normal = _normal(name)
+    if normal in masking.names:
+        return True
+    words = [word for word in normal.split("_") if word]
+    if not words or (words[0] in NOT_SECRET_FIRST and len(words) > 1):
+        return False
+    last = words[-1]
+    if last in SECRET_WORDS or last.endswith(SECRET_SUFFIXES):
+        return True
+    if last == "pwd":
+        return len(words) > 1
+    return last == "key" and any(word in KEY_QUALIFIERS for word in words[:-1])
+
+
+def mask_command(argv: Sequence[str], masking: Masking = BUILT_IN) -> list[str]:
+    """``argv`` as lockrun records it: every secret the rules find replaced by ``***``; with
+    ``record_command = false``, the program alone (masked too)."""
+    args = list(argv[:1]) if not masking.record_command else list(argv)
+    spans = [_text_spans(arg, masking, i > 0 and _script_flag(args[i - 1]))
+             for i, arg in enumerate(args)]
+    _word_spans(args, masking, spans)
+    for i, found in enumerate(spans):
+        if found:
+            args[i] = _masked(args[i], found)
+    return args
+
+
+def mask_text(text: str, masking: Masking = BUILT_IN) -> str:
+    """One command line as one text (a process' ``/proc/PID/cmdline`` joined by spaces), masked:
+    its words are read as a shell script's."""
+    spans = [_text_spans(text, masking, after_script_flag=True)]
+    _word_spans([text], masking, spans, script=True)
+    return _masked(text, spans[0]) if spans[0] else text
+
+
+# -- spans found in the text of one argument -----------------------------------------------------
+
+
+def _text_spans(text: str, masking: Masking, after_script_flag: bool = False) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    if "://" in text:
+        spans += _url_spans(text)
+    if "=" in text:
+        spans += _assignment_spans(text, masking, after_script_flag)
+    if ":" in text:
+        spans += _header_spans(text, masking)
+        if '"' in text:
+            spans += _json_spans(text, masking)
+    for pattern in masking.patterns:
+        spans += _pattern_spans(pattern, text)
+    return spans
+
+
+def _url_spans(text: str) -> Iterable[tuple[int, int]]:
+    word_end = -1
+    for match in re.finditer(_URL, text):
+        start = match.end()  # the authority: up to the first / ? # or space
+        if word_end < start:  # (found once per word: a word may hold several URLs, a,b://…)
+            found = re.compile(r"\s").search(text, start)
+            word_end = found.start() if found else len(text)
+        ends = [i for i in (text.find(c, start, word_end) for c in "/?#") if i >= 0]
+        authority_end = min(ends, default=word_end)
+        at = text.rfind("@", start, authority_end)
+        colon = text.find(":", start, authority_end if at < 0 else at)
+        if at < 0:
+            # A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the
+            # word's last @. Not a port (host:8080/x@y).
+            at = text.rfind("@", authority_end, word_end)
+            if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
+                continue
+        if 0 <= colon < at - 1:
+            yield colon + 1, at
+
+
+def _value_end(text: str, start: int, after: str) -> int:
+    """Where a value that begins at ``start`` inside a longer text ends: its closing quote, or the
+    first space or quote, and what ends it where it is: after ``?`` or ``&`` (a query string) an
+    ``&`` or ``#``, after ``;`` (a DSN) a ``;``, elsewhere (a script) ``&``, ``;`` or a backquote."""
+    if start < len(text) and text[start] in _QUOTES:
+        close = text.find(text[start], start + 1)
+        return len(text) if close < 0 else close + 1
+    ends = _QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END if after == ";" else _VALUE_END
+    found = re.compile(ends).search(text, start)
+    return found.start() if found else len(text)
+
+
+def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> Iterable[tuple[int, int]]:
+    for match in re.finditer(_ASSIGNMENT, text):
+        name = match.group(1)
+        if not is_secret_name(name, masking) and name not in masking.options:
+            continue
+        start = match.end()
+        # An argument that is the assignment (env PGPASSWORD=a b, --passphrase=a b c) hides all of
+        # its value; inside a script (sh -c 'TOKEN=x job') or a longer text, the value is a word.
+        whole = match.start() == 0 and not after_script_flag
+        before = text[match.start() - 1] if match.start() > 0 else ""
+        end = len(text) if whole else _value_end(text, start, before)
+        if end > start:
+            yield start, end
+
+
+def _header_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:
+    stop = -1
+    for match in re.finditer(_HEADER, text):
+        name = match.group(1)
+        if not is_secret_name(name, masking):
+            continue
+        if text[max(0, match.start() - 3):match.start()] == "://":
+            continue  # a URL's user name (https://x-token:…@host): the URL's rule hides its password
+        start = match.end()
+        quote = text[match.start() - 1] if match.start() > 0 and text[match.start() - 1] in _QUOTES else ""
+        if quote:  # 'Authorization: Bearer …' in a script: its closing quote ends it
+            close = text.find(quote, start)
+            end = len(text) if close < 0 else close
+        else:  # an argument of its own (any character is the value's), or unquoted: the line's end
+            if stop < start:  # (found once per stretch)
+                found = re.compile(r"\n").search(text, start)
+                stop = found.start() if found else len(text)
+            end = stop
+        scheme = re.compile(_AUTH_SCHEME).match(text, start, end)
+        if scheme and scheme.group(1).lower() in AUTH_SCHEMES:
+            start = scheme.end()
+        if end > start:
+            yield start, end
+
+
+def _json_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:
+    for match in re.finditer(_JSON_PAIR, text):
+        if is_secret_name(match.group(1), masking) and match.end(2) > match.start(2):
+            yield match.start(2), match.end(2)
+
+
+def _pattern_spans(pattern: re.Pattern[str], text: str) -> Iterable[tuple[int, int]]:
+    for match in pattern.finditer(text):
+        groups = range(1, pattern.groups + 1) if pattern.groups else (0,)
+        for group in groups:
+            start, end = match.span(group)
+            if end > start >= 0:
+                yield start, end
+
+
+# -- spans found in words: options and their values ------------------------------------------------
+
+
+class _Word(NamedTuple):
+    arg: int  # which argument
+    start: int  # where its text begins in that argument, its quotes left out
+    end: int
+    whole: bool  # the word is its argument (not one word of a script)
+
+    def text(self, args: list[str]) -> str:
+        return args[self.arg][self.start:self.end]
+
+
+def _words(args: list[str], script: bool) -> list[_Word]:
+    words = []
+    for i, arg in enumerate(args):
+        # One word: an argument without spaces, or an option and its attached value (-p'a b').
+        if not script and (arg.startswith("-") or not any(c.isspace() for c in arg)):
+            words.append(_Word(i, 0, len(arg), True))
+            continue
+        for match in re.finditer(_WORD, arg):
+            start, end = match.span()
+            while start < end and arg[start] in _QUOTES:
+                start += 1
+            while end > start and arg[end - 1] in _QUOTES:
+                end -= 1
+            words.append(_Word(i, start, end, False))
+    return words
+
+
+def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]], script: bool = False) -> None:
+    words = _words(args, script)
+    client: dict[str, frozenset[str]] = {}  # option -> how its value hides a secret, by the clients named
+    skip_arg = -1  # an argument that is an option's whole value: its words are not read as options
+    value = frozenset({"value"})
+    for n, word in enumerate(words):
+        if word.arg == skip_arg:
+            continue
+        text = word.text(args)
+        if not word.whole and (text in CONTROL_WORDS or text.endswith((";", "|", "&"))):
+            client = {}
+            continue
+        program = text.rpartition("/")[2]
+        if program in CLIENT_OPTIONS:
+            # Added to, not replaced: a word that names a client may be an argument (sudo -u mysql,
+            # redis-cli … 7z); where two read one option differently, both readings hide.
+            for option, how in CLIENT_OPTIONS[program].items():
+                client[option] = client.get(option, frozenset()) | {how}
+            continue
+        if len(text) < 2 or text[0] != "-":
+            continue
+        short = text[:2]
+        hows = client.get(short, frozenset()) | (value if short in masking.options else frozenset())
+        if hows and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
+            start = word.start + 2 + (text[2] == "=")
+            _add(spans, word.arg, _secret_part(args[word.arg], start, word.end, hows))
+            continue
+        name, equals, _ = text.partition("=")
+        if equals:
+            hows = (client.get(name, frozenset()) | (value if name in masking.options else frozenset())) - {"attached"}
+            if hows:
+                _add(spans, word.arg, _secret_part(args[word.arg], word.start + len(name) + 1, word.end, hows))
+            continue
+        secret = text in masking.options or is_secret_name(text, masking)
+        hows = (client.get(text, frozenset()) | (value if secret else frozenset())) - {"attached"}
+        if hows:
+            following = _following(args, words, n, word)
+            if following is not None:
+                if following.whole:
+                    skip_arg = following.arg
+                _add(spans, following.arg, _secret_part(args[following.arg], following.start, following.end, hows))
+
+
+def _following(args: list[str], words: list[_Word], n: int, word: _Word) -> _Word | None:
+    """The value of the option ``words[n]``: all of the next argument after an argument (spaces and
+    all: ``--password 'a b'``), the next word of a script."""
+    if word.whole:
+        return _Word(word.arg + 1, 0, len(args[word.arg + 1]), True) if word.arg + 1 < len(args) else None
+    nxt = words[n + 1] if n + 1 < len(words) else None
+    return nxt if nxt is not None and nxt.arg == word.arg else None
+
+
+def _secret_part(text: str, start: int, end: int, hows: frozenset[str]) -> tuple[int, int] | None:
+    """What to hide of a value at ``text[start:end]``: all of it, or its password after the first
+    separator of a ``user<sep>password`` value (several: the earliest)."""
+    if hows & {"value", "attached"}:
+        return (start, end) if end > start else None
+    seps = [found for found in (text.find(sep, start, end) for sep in hows) if found >= 0]
+    sep = min(seps, default=-1)
+    return (sep + 1, end) if 0 <= sep < end - 1 else None
+
+
+def _add(spans: list[list[tuple[int, int]]], arg: int, span: tuple[int, int] | None) -> None:
+    if span is not None and span[1] > span[0]:
+        spans[arg].append(span)
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if end <= at:
+            continue
+        start = max(start, at)
+        out.append(text[at:start])
+        out.append(MASK)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+# -- the user's rules ---------------------------------------------------------------------------------
+
+_OPTION_ENTRY = r"--?[A-Za-z0-9][A-Za-z0-9_.\-]*"
+_NAME_ENTRY = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+
+
+def parse_masking(redact: object = (), record_command: bool = True) -> Masking:
+    """The config keys ``redact`` and ``record_command`` as rules; ValueError naming the entry that
+    is not one (the config file turns it into exit 78)."""
+    if isinstance(redact, (str, bytes)) or not isinstance(redact, (list, tuple)):
+        raise ValueError(f"not {quoted(redact)}")
+    if len(redact) > MAX_REDACT_ENTRIES:
+        raise ValueError(f"not a list of {len(redact)}")
+    options, names, patterns = set(), set(), []
+    for entry in redact:
+        if not isinstance(entry, str) or not entry or len(entry) > MAX_REDACT_ENTRY:
+            raise ValueError(f"not the entry {quoted(entry)}")
+        if entry.startswith("re:"):
+            try:
+                pattern = re.compile(entry[3:])
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ValueError(f"not the entry {quoted(entry)}: not a regular expression ({exc})") from None
+            if pattern.search("") is not None:
+                raise ValueError(f"not the entry {quoted(entry)}: it matches the empty text")
+            patterns.append(pattern)
+        elif re.fullmatch(_OPTION_ENTRY, entry, re.ASCII):
+            options.add(entry)
+        elif re.fullmatch(_NAME_ENTRY, entry, re.ASCII):
+            names.add(_normal(entry))
+        else:
+            raise ValueError(f"not the entry {quoted(entry)}")
+    return Masking(frozenset(options), frozenset(names), tuple(patterns), record_command)
