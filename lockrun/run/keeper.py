@@ -166,3 +166,15 @@ class Keeper:
         if self._on_renewed is not None:
             self._on_renewed(expires_at(self.lease))
         return sent + self.interval
+
+
+def lease_problem(keeper: Keeper, now: float) -> str | None:
+    """Why the lease can no longer be trusted at monotonic time ``now``, or None while it can: what the
+    main loop (watch.py) and the Python API's watcher (api/) both ask."""
+    if keeper.lost_reason is not None:
+        return keeper.lost_reason
+    if now >= keeper.must_stop_at:
+        silent_for = now - keeper.renewed.sent_at
+        why = keeper.last_error or "no renewal succeeded in time"
+        return f"no renewal succeeded for {silent_for:.1f}s ({why})"
+    return None

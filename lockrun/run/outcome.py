@@ -7,6 +7,8 @@ status (docs/operating.md "The run ledger") and a note. Pure: no process, no clo
 so the table can be checked without running anything.
 
 The busy message is here too: it is what a busy outcome says, on the terminal and in a ping.
+So is what a release's answer makes of an outcome (:func:`released_as`), which the runner and the
+Python API (api/) share.
 """
 
 from __future__ import annotations
@@ -102,6 +104,22 @@ def command_outcome(
     if backstop_error:
         outcome = outcome.noted(f"no backstop timer: {backstop_error}")
     return outcome
+
+
+#: The note of a run whose release found the lock no longer its own (docs/guarantees.md "A run that lost its
+#: lock says so"); a run whose lease was already lost says that in its status or note instead.
+LOST_AT_RELEASE_NOTE = ("the lock was no longer this run's at its release (expired, evicted, stolen or cleared):"
+                        " another run may have overlapped it")
+
+
+def released_as(outcome: Outcome, released: bool | None) -> Outcome:
+    """``outcome`` as a release that answered ``released`` leaves it (None: no answer)."""
+    if released is None:
+        return outcome
+    if released:
+        return outcome._replace(lock_lost_at_release=False)
+    lost = outcome._replace(lock_lost_at_release=True)
+    return lost if outcome.lease_lost else lost.noted(LOST_AT_RELEASE_NOTE)
 
 
 def busy_message(holder: Holder, backend: str | None = None) -> str:

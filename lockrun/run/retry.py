@@ -22,10 +22,9 @@ from typing import NamedTuple
 
 from lockrun.core.defaults import RETRY_DELAY_CAP_S
 from lockrun.core.record import Status
-from lockrun.run.keeper import Keeper
+from lockrun.run.keeper import Keeper, lease_problem
 from lockrun.run.outcome import Outcome
 from lockrun.run.signals import SignalRelay
-from lockrun.run.watch import lease_problem
 
 #: Outcomes an attempt may be retried after (the contract's failed, timeout, killed).
 RETRIED = frozenset({Status.FAILED, Status.TIMEOUT, Status.KILLED})

@@ -50,12 +50,12 @@ from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop
 from lockrun.run.journal import RunJournal
-from lockrun.run.keeper import Keeper, backstop_for, expires_at, must_stop_at
+from lockrun.run.keeper import Keeper, backstop_for, expires_at, lease_problem, must_stop_at
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
-from lockrun.run.outcome import Outcome, busy_message, command_outcome, too_soon_note
+from lockrun.run.outcome import Outcome, busy_message, command_outcome, released_as, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import REPLACED, lease_problem, watch
+from lockrun.run.watch import REPLACED, watch
 from lockrun.system.collection import resume_after_startup
 
 if TYPE_CHECKING:
@@ -64,22 +64,6 @@ if TYPE_CHECKING:
     from lockrun.run.notify import Delivery
     from lockrun.run.retry import PauseEnd
     from lockrun.run.signals import SignalRelay
-
-
-#: The note of a run whose release found the lock no longer its own (docs/guarantees.md "A run that lost its
-#: lock says so"); a run whose lease was already lost says that in its status or note instead.
-LOST_AT_RELEASE_NOTE = ("the lock was no longer this run's at its release (expired, evicted, stolen or cleared):"
-                        " another run may have overlapped it")
-
-
-def released_as(outcome: Outcome, released: bool | None) -> Outcome:
-    """``outcome`` as a release that answered ``released`` leaves it (None: no answer)."""
-    if released is None:
-        return outcome
-    if released:
-        return outcome._replace(lock_lost_at_release=False)
-    lost = outcome._replace(lock_lost_at_release=True)
-    return lost if outcome.lease_lost else lost.noted(LOST_AT_RELEASE_NOTE)
 
 
 class RunOptions(NamedTuple):

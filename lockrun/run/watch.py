@@ -31,24 +31,13 @@ from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import Report
 from lockrun.core.record import Status
 from lockrun.run.backstop import Backstop
-from lockrun.run.keeper import Keeper
+from lockrun.run.keeper import Keeper, lease_problem
 from lockrun.run.outcome import Stop
 from lockrun.run.supervisor import Supervisor
 
 #: How often the drain looks again for descendants that exited: from the first, doubling to the last.
 DRAIN_POLL_S = (0.005, 0.1)
 REPLACED = "another run asked to replace this one (--replace)"
-
-
-def lease_problem(keeper: Keeper, now: float) -> str | None:
-    """Why the lease can no longer be trusted at monotonic time ``now``, or None while it can."""
-    if keeper.lost_reason is not None:
-        return keeper.lost_reason
-    if now >= keeper.must_stop_at:
-        silent_for = now - keeper.renewed.sent_at
-        why = keeper.last_error or "no renewal succeeded in time"
-        return f"no renewal succeeded for {silent_for:.1f}s ({why})"
-    return None
 
 
 def _plural(count: int) -> str:

@@ -9,8 +9,7 @@ import pytest
 
 from lockrun.backends.values import Lease
 from lockrun.core.errors import BackendUnavailable
-from lockrun.run.keeper import Keeper, backstop_for, safety_margin, stop_grace
-from lockrun.run.watch import lease_problem
+from lockrun.run.keeper import Keeper, backstop_for, lease_problem, safety_margin, stop_grace
 from tests.unit.fakes import START, FakeBackend, FakeClock
 
 
@@ -157,7 +156,7 @@ def test_a_keeper_thread_ends_when_the_lease_is_lost(clock: FakeClock, backend: 
     assert harness.keeper.lost_reason is not None
 
 
-# -- when the main loop calls the lease gone (watch.lease_problem) -----------------------------------
+# -- when the main loop calls the lease gone (keeper.lease_problem) -----------------------------------
 
 
 def test_the_lease_is_trusted_until_must_stop_at(clock: FakeClock, backend: FakeBackend) -> None:

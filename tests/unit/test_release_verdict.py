@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from lockrun.core.record import RELEASE_DECIDES, Status, row_json, row_json_parts
-from lockrun.run.outcome import Outcome
-from lockrun.run.runner import LOST_AT_RELEASE_NOTE, released_as
+from lockrun.run.outcome import LOST_AT_RELEASE_NOTE, Outcome, released_as
 
 
 def test_a_release_that_found_the_lock_gone_flags_and_notes_the_run() -> None:
