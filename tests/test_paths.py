@@ -128,35 +128,6 @@ def test_cron_and_a_login_shell_share_one_set_of_local_locks(user):
         holder.wait(30)
 
 
-def test_an_old_xdg_state_directory_is_named_and_its_locks_still_count(user):
-    old = user.home / "xdg-state" / "lockrun"
-    # What a lockrun that followed XDG_STATE_HOME left there: a ledger with a run.
-    assert user.run({**user.cron, "LOCKRUN_STATE_DIR": str(old)}, "-n", "before", "--", "true").returncode == 0
-    shown = user.run(user.shell, "history")
-    assert shown.returncode == 0 and shown.stdout == "no runs recorded\n"
-    assert shown.stderr.count("\n") == 1 and f"note: {old} ($XDG_STATE_HOME/lockrun)" in shown.stderr, shown.stderr
-    assert f"lockrun --ledger {old}/ledger.db history" in shown.stderr
-    assert "before" in user.run(user.shell, "--ledger", str(old / "ledger.db"), "history").stdout  # not lost
-    assert user.run(user.cron, "history").stderr == ""  # cron cannot know of it, and has nothing to be told
-    # An older lockrun still running from that shell holds its lock there: no second copy from here.
-    started = user.home / "started"
-    holder = user.spawn({**user.shell, "LOCKRUN_STATE_DIR": str(old)}, "-n", "held", "--", "sh", "-c",
-                        f"touch {started}; exec sleep 30")
-    try:
-        wait_until(started.exists, what="the holder in the old place")
-        ran = user.home / "ran"
-        refused = user.run(user.shell, "-n", "held", "--", "touch", str(ran))
-        assert_one_line(refused, 69, f"'held' is held through {old}/locks/held.lock")
-        assert not ran.exists()
-    finally:
-        holder.terminate()
-        holder.wait(30)
-    assert user.run(user.shell, "-n", "held", "--", "touch", str(ran)).returncode == 0
-    # LOCKRUN_STATE_DIR is an explicit choice: set to the old place, no note, and it is used.
-    explicit = user.run({**user.shell, "LOCKRUN_STATE_DIR": str(old)}, "history")
-    assert explicit.stderr == "" and "before" in explicit.stdout
-
-
 # --- output paths that are not regular files ------------------------------------------------------
 
 

@@ -89,14 +89,14 @@ def test_precedence_flag_env_file_default(tmp_path, monkeypatch):
     config = tmp_path / "c.toml"
     config.write_text('redis_url = "redis://file-host/0"\nttl = 30\nprefix = "f:"\n')
     monkeypatch.setenv("LOCKRUN_STATE_DIR", str(tmp_path / "state"))
-    resolved = settings.resolve(config=str(config))
+    resolved = settings.settings_for({"config": str(config)})
     assert (resolved.redis_url, resolved.ttl, resolved.prefix) == ("redis://file-host/0", 30.0, "f:")
     assert resolved.ledger_path == tmp_path / "state" / "ledger.db"
-    resolved = settings.resolve(config=str(config), redis_url="redis://flag/0", ttl=5.0, prefix="x:")
+    resolved = settings.settings_for({"config": str(config), "redis_url": "redis://flag/0", "ttl": 5.0, "prefix": "x:"})
     assert (resolved.redis_url, resolved.ttl, resolved.prefix) == ("redis://flag/0", 5.0, "x:")
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    resolved = settings.resolve(config=str(empty))
+    resolved = settings.settings_for({"config": str(empty)})
     assert (resolved.redis_url, resolved.ttl, resolved.prefix) == (None, 60.0, "lockrun:")
 
 
@@ -134,11 +134,11 @@ def test_fleet_retention_from_the_config_file(tmp_path, monkeypatch):
     config = tmp_path / "c.toml"
     config.write_text("fleet_keep_runs = 5\nfleet_keep_days = 7\n")
     monkeypatch.setenv("LOCKRUN_STATE_DIR", str(tmp_path / "state"))
-    resolved = settings.resolve(config=str(config))
+    resolved = settings.settings_for({"config": str(config)})
     assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (5, 7)
     config.write_text("")
     # The defaults, chosen for a Redis shared with other work (docs/fleet.md).
-    resolved = settings.resolve(config=str(config))
+    resolved = settings.settings_for({"config": str(config)})
     assert (resolved.fleet_keep_runs, resolved.fleet_keep_days) == (300, 30)
 
 

@@ -8,7 +8,8 @@ from typing import NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
+from lockrun.cli.group import CONTEXT, cli, complete_lock_names, resolved_settings
+from lockrun.cli.options import global_options
 from lockrun.cli.params import LOCK_NAME, seconds_type
 from lockrun.config import values
 from lockrun.core.errors import LockrunError

@@ -9,7 +9,8 @@ from typing import NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, global_options, resolved_settings
+from lockrun.cli.group import CONTEXT, cli, resolved_settings
+from lockrun.cli.options import global_options
 from lockrun.core.errors import LockrunError
 
 

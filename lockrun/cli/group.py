@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from lockrun import __version__
-from lockrun.cli.output import say
-from lockrun.cli.params import REDIS_URL
-from lockrun.config import settings, values
+from lockrun.cli.options import GLOBAL_OPTION_NAMES, given_flags
+from lockrun.config import settings
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -83,65 +82,9 @@ class LockrunGroup(click.Group):
         return None
 
 
-def _remember_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    name = param.name or param.opts[0]  # every global option has a name: --redis-url is redis_url
-    if name == "ledger" and value is not None:  # --ledger or LOCKRUN_LEDGER: a device there is refused now
-        problem = values.output_path_problem(value, "", directories=True)
-        if problem:
-            raise click.BadParameter(problem, ctx=ctx, param=param)
-    given = ctx.meta.setdefault("lockrun.globals", {})
-    given[name] = value
-    if value is not None:  # where it came from, for the hint that compares shells and runs
-        from_env = ctx.get_parameter_source(name) == click.core.ParameterSource.ENVIRONMENT
-        given[f"{name}_from"] = param.envvar if from_env else param.opts[0]
-    return value
-
-
-class _GlobalOption(TypedDict):
-    expose_value: bool
-    callback: Callable[[click.Context, click.Parameter, str | None], str | None]
-    is_eager: bool
-
-
-# Global options are not parameters of each command: a callback keeps them in ctx.meta.
-_GLOBAL: _GlobalOption = {"expose_value": False, "callback": _remember_global, "is_eager": True}
-GLOBAL_OPTION_NAMES = ("--config", "--redis-url", "--redis-ca", "--prefix", "--ledger")
-
-
-def global_options(fn: F) -> F:
-    """The settings every subcommand accepts (docs/reference.md "Usage"); read back with :func:`resolved_settings`."""
-    options = [
-        click.option("--config", "config", metavar="PATH", envvar="LOCKRUN_CONFIG", show_envvar=True, **_GLOBAL,
-                     help="TOML config file (default: /etc/lockrun.toml, then ~/.config/lockrun/config.toml)."),
-        click.option("--redis-url", type=REDIS_URL, envvar="LOCKRUN_REDIS_URL", show_envvar=True, **_GLOBAL,
-                     help="redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/ or "
-                          "redis+sentinel://h1:26379,h2:26379/mymaster URL of the shared lock server."),
-        click.option("--redis-ca", metavar="PATH", envvar="LOCKRUN_REDIS_CA", show_envvar=True, **_GLOBAL,
-                     help="CA certificates (PEM) that verify a rediss:// server [default: the system's]."),
-        click.option("--prefix", metavar="P", envvar="LOCKRUN_PREFIX", show_envvar=True, **_GLOBAL,
-                     help="Namespace of every Redis key [default: lockrun:]."),
-        click.option("--ledger", metavar="PATH", envvar="LOCKRUN_LEDGER", show_envvar=True, **_GLOBAL,
-                     help="SQLite run ledger [default: $LOCKRUN_STATE_DIR/ledger.db]."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def resolved_settings(ctx: click.Context, ttl: float | None = None) -> settings.Settings:
-    """Flag/environment values of the global options > config file > defaults."""
-    given = ctx.meta.get("lockrun.globals", {})
-    resolved = settings.resolve(
-        config=given.get("config"), redis_url=given.get("redis_url"), redis_ca=given.get("redis_ca"),
-        prefix=given.get("prefix"), ledger=given.get("ledger"), ttl=ttl, redis_url_from=given.get("redis_url_from"),
-    )
-    if ctx.command.name != "run" and not ctx.resilient_parsing:  # readers, not runs, nor shell completion
-        from lockrun.config.state_home import legacy_note
-
-        note = legacy_note(resolved.state_dir)  # history kept where an older lockrun put it: not lost, say where
-        if note:
-            say(note)
-    return resolved
+def resolved_settings(ctx: click.Context) -> settings.Settings:
+    """The global options given > environment > config file > defaults (config/resolve.py)."""
+    return settings.settings_for(given_flags(ctx))
 
 
 @click.group(cls=LockrunGroup, context_settings=CONTEXT)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
+from lockrun.cli.group import CONTEXT, cli, complete_lock_names, resolved_settings
+from lockrun.cli.options import global_options
 from lockrun.cli.output import print_applied, say
 from lockrun.cli.params import LOCK_NAME
 from lockrun.core.printable import printable

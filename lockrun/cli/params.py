@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
-from lockrun.core import defaults, zones
+from lockrun.core import defaults
 from lockrun.core.errors import LockrunError, UsageError
 from lockrun.core.printable import quoted
 
@@ -54,10 +53,10 @@ class Validated(ParamTypeBase):
             return self.validate(value, what)
         except LockrunError as exc:
             message = str(exc)
-            if self.echo_value:  # click names the option; the value once, quoted as every error line quotes it
-                said = f"invalid {what} {quoted(value)}: "
-                rest = message[len(said):] if message.startswith(said) else message.split(": ", 1)[-1]
-                message = f"{quoted(value)}: {rest}"
+            said = f"invalid {what} {quoted(value)}: "
+            if self.echo_value and message.startswith(said):
+                # click names the option; the value once, quoted as every error line quotes it
+                message = f"{quoted(value)}: {message[len(said):]}"
             self.fail(message, param, ctx)
 
 
@@ -84,8 +83,6 @@ def seconds_type(minimum: float = 0.0, allow_zero: bool = False) -> Validated:
 
 
 DURATION = Validated("DURATION", values.parse_duration)  # the same syntax, at most 100 years
-MIN_HOLD = Validated("DURATION", values.parse_min_hold)
-SCHEDULE = Validated("CRON", values.parse_schedule)
 # `lockrun pause` (docs/operating.md "Pausing a job"): an end at most MAX_PAUSE_S ahead, a one-line reason.
 PAUSE_FOR = Validated("DURATION", lambda value, what: values.parse_seconds(value, what,
                                                                           maximum=defaults.MAX_PAUSE_S))
@@ -102,7 +99,6 @@ def _pause_end(value: str, what: str) -> float:
 
 PAUSE_UNTIL = Validated("TIME", _pause_end)
 LOCK_NAME = Validated("NAME", lambda value, what: values.validate_name(value), echo_value=False)
-REDIS_URL = Validated("URL", lambda value, what: validate_redis_url(value), echo_value=False)
 
 
 def moment_type(maximum: float | None = None) -> Validated:
@@ -118,19 +114,8 @@ def moment_type(maximum: float | None = None) -> Validated:
 
 MOMENT = moment_type()
 HOST = Validated("H", values.validate_host)
-REPLICAS = Validated("N|all", values.parse_replicas)
-SIZE = Validated("SIZE", values.parse_size)
-NOTIFY_ON = Validated("STATUSES", values.parse_notify_statuses)
-WARN_AFTER = Validated("DURATION", values.parse_warn_after)
-ENDPOINT = Validated("URL", values.validate_http_url, echo_value=False)
-ZONE = Validated("ZONE", zones.parse_zone, echo_value=False)
-RETRY = Validated("N", values.parse_retry)
-RETRY_DELAY = Validated("DURATION", values.parse_retry_delay)
-JITTER = Validated("DURATION", values.parse_jitter)
-SUCCESS_EXIT = Validated("CODES", values.parse_success_exit)
 
 
-METRICS_FILE = Validated("PATH", values.check_metrics_file, echo_value=False)
 
 
 def output_file(dash: bool = False) -> Validated:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
+from lockrun.cli.group import CONTEXT, cli, complete_lock_names, resolved_settings
+from lockrun.cli.options import global_options
 from lockrun.cli.output import print_applied, say
 from lockrun.cli.params import DURATION, LOCK_NAME, RUN_ID, STATUS_FILTER, moment_type, whole_number
 from lockrun.config import values

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from lockrun.cli.group import CONTEXT, cli, complete_lock_names, global_options, resolved_settings
+from lockrun.cli.group import CONTEXT, cli, complete_lock_names, resolved_settings
+from lockrun.cli.options import global_options
 from lockrun.cli.output import say
 from lockrun.cli.params import HOST, LOCK_NAME, MOMENT, output_file, whole_number
 from lockrun.core import defaults

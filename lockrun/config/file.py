@@ -10,113 +10,32 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any
 
-from lockrun.backends.redis.url import validate_redis_url
-from lockrun.config.values import (
-    OUTPUT_MODES,
-    OUTPUT_PATH_KEYS,
-    REPLICAS_RULE,
-    RETRY_RULE,
-    SUCCESS_EXIT_RULE,
-    output_path_problem,
-    parse_replicas,
-    parse_retry,
-    parse_success_exit,
-    parse_time_span,
-    seconds_range,
-    validate_http_url,
-)
-from lockrun.core.defaults import (
-    MAX_CALL_TIMEOUT_S,
-    MAX_FLEET_KEEP_DAYS,
-    MAX_FLEET_KEEP_RUNS,
-    MAX_JITTER_S,
-    MAX_KEEP_DAYS,
-    MAX_RETRY_DELAY_S,
-    MAX_SECONDS,
-)
+from lockrun.config.options import BY_KEY, FILE_KEYS, JOB_KEYS, Option
+from lockrun.config.values import validate_name
 from lockrun.core.errors import BackendUnavailable, ConfigError, UsageError
-from lockrun.core.masking import REDACT_RULE, parse_masking
 from lockrun.core.printable import quoted
 from lockrun.system.safefs import UnsafePath, check_owner_and_mode
 
 SYSTEM_CONFIG = Path("/etc/lockrun.toml")
 
 
-#: key -> (python types accepted, what the message says is expected)
-CONFIG_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "redis_url": ((str,), "a string (redis://, rediss:// or unix:// URL)"),
-    "redis_ca": ((str,), "a string (path of the CA certificates that verify a rediss:// server)"),
-    "redis_password_file": ((str,), "a string (path of a file whose first line is the Redis password)"),
-    "prefix": ((str,), "a string"),
-    "ledger": ((str,), "a string (path of the SQLite ledger)"),
-    "state_dir": ((str,), "a string (directory)"),
-    "ttl": ((int, float, str), f"seconds (90) or a duration string (\"2m\"), {seconds_range(1)}"),
-    "ledger_keep_days": ((int,), f"a whole number of days from 1 to {MAX_KEEP_DAYS}"),
-    "metrics_file": ((str,), "a string (path of a Prometheus textfile, rewritten after each run)"),
-    "notify_urls": ((list,), "a list of http:// or https:// URLs"),
-    "min_hold": ((int, float, str), f"seconds (30) or a duration string (\"5m\"), {seconds_range()}"),
-    "socket_timeout": ((int, float, str), f"seconds (2.5) or a duration string (\"2s\"),"
-                                          f" {seconds_range(maximum=MAX_CALL_TIMEOUT_S)} (a run caps it at TTL/3)"),
-    "connect_timeout": ((int, float, str), f"seconds (2.5) or a duration string (\"2s\"),"
-                                           f" {seconds_range(maximum=MAX_CALL_TIMEOUT_S)} (a run caps it at TTL/3)"),
-    "replicas": ((int, str), f"{REPLICAS_RULE} (\"all\", quoted)"),
-    "fleet_keep_runs": ((int,), f"a whole number of runs from 1 to {MAX_FLEET_KEEP_RUNS}"),
-    "fleet_keep_days": ((int,), f"a whole number of days from 1 to {MAX_FLEET_KEEP_DAYS}"),
-    # docs/guarantees.md "What lockrun guarantees, and how"
-    "allow_eviction": ((bool,), "true or false (run even on a Redis that may evict keys)"),
-    "timezone": ((str,), "a string: an IANA time zone name such as \"UTC\" or \"Europe/Berlin\""),
-    # docs/operating.md "Output": the tail a failed run keeps, chronic(1)'s output, syslog
-    "output_tail": ((bool,), "true or false (keep the last 4 KiB of a failed run's output in the ledger)"),
-    "output": ((str,), "\"always\" or \"on-failure\""),
-    "syslog": ((bool,), "true or false (one line per finished run to syslog)"),
-    # docs/operating.md "Retries and jitter"
-    "retry": ((int,), RETRY_RULE),
-    "retry_delay": ((int, float, str), f"seconds (10) or a duration string (\"30s\"),"
-                                       f" {seconds_range(allow_zero=True, maximum=MAX_RETRY_DELAY_S)}"),
-    "jitter": ((int, float, str), f"seconds (30) or a duration string (\"5m\"),"
-                                  f" {seconds_range(allow_zero=True, maximum=MAX_JITTER_S)}"),
-    "success_exit": ((int, str, list), f"{SUCCESS_EXIT_RULE} (24, \"1,24\" or [1, 24])"),
-    # docs/fleet.md "What is published": the command line as lockrun records it
-    "redact": ((list,), REDACT_RULE),
-    "record_command": ((bool,), "true or false (false: record the program's name only, not its arguments)"),
-}
-#: Config keys whose values are booleans (any other key refuses true and false).
-BOOL_CONFIG_KEYS = frozenset({"allow_eviction", "output_tail", "syslog", "record_command"})
+#: The table of a config file that sets a job's own options: ``[job.NAME]``.
+JOB_TABLE = "job"
 
 
-class ConfigFile(TypedDict, total=False):
-    """A config file's keys, as :func:`load_config` returns them: each of the type CONFIG_KEYS
-    names, and within its range."""
+class ConfigFile:
+    """A config file's settings, each checked by its row of the table (config/options.py): the
+    top level's, and each ``[job.NAME]`` table's (JOB_KEYS only)."""
 
-    redis_url: str
-    redis_ca: str
-    redis_password_file: str
-    prefix: str
-    ledger: str
-    state_dir: str
-    ttl: float  # seconds: a TOML number or a duration string, read as seconds (TIME_KEYS)
-    ledger_keep_days: int
-    metrics_file: str
-    notify_urls: list[str]
-    min_hold: float
-    socket_timeout: float
-    connect_timeout: float
-    replicas: int | str
-    fleet_keep_runs: int
-    fleet_keep_days: int
-    allow_eviction: bool
-    timezone: str
-    output_tail: bool
-    output: str
-    syslog: bool
-    retry: int
-    retry_delay: float
-    jitter: float
-    success_exit: tuple[int, ...]  # read as the sorted codes (parse_success_exit)
-    redact: list[str]
-    record_command: bool
+    __slots__ = ("path", "top", "jobs")
+
+    def __init__(self, path: Path | None = None, top: dict[str, Any] | None = None,
+                 jobs: dict[str, dict[str, Any]] | None = None) -> None:
+        self.path = path
+        self.top: dict[str, Any] = top or {}
+        self.jobs: dict[str, dict[str, Any]] = jobs or {}
 
 #: A config file larger than this is not a config file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -141,13 +60,6 @@ def _toml_loads(text: str) -> dict[str, object]:
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
     return tomllib.loads(text)
-
-
-def _line_of(text: str, key: str) -> int | None:
-    for number, line in enumerate(text.splitlines(), 1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", line):
-            return number
-    return None
 
 
 def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError, private: bool = False) -> bytes:
@@ -190,81 +102,7 @@ def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError,
     return data
 
 
-def _check_config_value(key: str, value: Any, expected: str, where: str) -> None:
-    """Raise ConfigError unless ``value`` is within the key's range.
-
-    ``value`` is Any: its type depends on ``key``, and the caller has checked it against CONFIG_KEYS.
-    """
-    def refuse(reason: str = "") -> None:
-        raise ConfigError(f"config file {where}: {key} must be {expected}{reason}")
-
-    if key == "ledger_keep_days" and not 1 <= value <= MAX_KEEP_DAYS:
-        refuse(f", not {quoted(value)}")
-    if key == "fleet_keep_runs" and not 1 <= value <= MAX_FLEET_KEEP_RUNS:
-        refuse(f", not {quoted(value)}")
-    if key == "fleet_keep_days" and not 1 <= value <= MAX_FLEET_KEEP_DAYS:
-        refuse(f", not {quoted(value)}")
-    if key == "output" and value not in OUTPUT_MODES:
-        refuse(f", not {quoted(value)}")
-    if key == "notify_urls" and not all(isinstance(url, str) for url in value):
-        refuse()
-    if key == "redact":
-        try:
-            parse_masking(value)
-        except ValueError as exc:
-            refuse(f", {exc}")
-    if key in OUTPUT_PATH_KEYS:
-        problem = output_path_problem(value, key, directories=key == "ledger")
-        if problem:
-            raise ConfigError(f"config file {where}: {problem}")
-    try:
-        if key == "replicas":
-            parse_replicas(value, "replicas")
-        if key == "retry":
-            parse_retry(value, "retry")
-        if key == "notify_urls":
-            for url in value:
-                validate_http_url(url, "notify_urls entry")
-        if key == "redis_url":
-            validate_redis_url(value)
-        if key == "timezone":
-            from lockrun.core.zones import parse_zone
-
-            parse_zone(value, "timezone")
-    except UsageError as exc:
-        raise ConfigError(f"config file {where}: {exc}") from None
-
-
-#: Keys that are time values, as every flag takes them: seconds (a TOML number, or "90") or a
-#: duration string ("90s", "2m", "1.5h", "7d"); read as seconds. key -> (minimum, maximum).
-TIME_KEYS: dict[str, tuple[float, float]] = {
-    "ttl": (1.0, MAX_SECONDS),
-    "min_hold": (0.0, MAX_SECONDS),
-    "socket_timeout": (0.0, MAX_CALL_TIMEOUT_S),
-    "connect_timeout": (0.0, MAX_CALL_TIMEOUT_S),
-    "retry_delay": (0.0, MAX_RETRY_DELAY_S),
-    "jitter": (0.0, MAX_JITTER_S),
-}
-#: Time keys for which 0 is a value (no pause, no jitter).
-ZERO_TIME_KEYS = frozenset({"retry_delay", "jitter"})
-
-
-def _time_value(key: str, value: float | str, expected: str, where: str) -> float:
-    minimum, maximum = TIME_KEYS[key]
-    try:
-        return parse_time_span(value, key, minimum=minimum, maximum=maximum, allow_zero=key in ZERO_TIME_KEYS)
-    except UsageError:
-        raise ConfigError(f"config file {where}: {key} must be {expected}, not {quoted(value)}") from None
-
-
-def _success_exit(value: Any, expected: str, where: str) -> tuple[int, ...]:
-    try:
-        return parse_success_exit(value if isinstance(value, list) else str(value), "success_exit")
-    except UsageError:
-        raise ConfigError(f"config file {where}: success_exit must be {expected}, not {quoted(value)}") from None
-
-
-def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
+def load_config(explicit: str | None) -> ConfigFile:
     """Read the first config file that exists; a file named explicitly must exist."""
     if explicit:
         path = Path(explicit)
@@ -276,7 +114,7 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
     else:
         candidates = [p for p in default_config_paths() if p.is_file()][:1]
     if not candidates:
-        return None, ConfigFile()
+        return ConfigFile()
     path = candidates[0]
     try:
         text = _read_trusted(path, "config file").decode("utf-8")
@@ -286,21 +124,78 @@ def load_config(explicit: str | None) -> tuple[Path | None, ConfigFile]:
         data = _toml_loads(text) if text.strip() else {}  # an empty file is valid, and parsing it costs an import
     except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    lines = text.splitlines()
+    jobs = data.pop(JOB_TABLE, {})
+    config = ConfigFile(path, _checked(data, FILE_KEYS, path, lines, None))
+    if not isinstance(jobs, dict) or not all(isinstance(table, dict) for table in jobs.values()):
+        raise ConfigError(f"config file {_where(path, lines, JOB_TABLE)}: {JOB_TABLE} must be tables"
+                          " [job.NAME] of a job's own options")
+    for name, table in jobs.items():
+        try:
+            validate_name(name)
+        except UsageError as exc:
+            raise ConfigError(f"config file {_where(path, lines, None, name)}: [job.NAME]: {exc}") from None
+        config.jobs[name] = _checked(table, JOB_KEYS, path, lines, name)
+    return config
+
+
+def _checked(data: dict[str, object], allowed: frozenset[str], path: Path, lines: list[str],
+             job: str | None) -> dict[str, Any]:
+    """Each of a table's keys, parsed by its row: exit 78 naming the file, line and key otherwise."""
+    checked = {}
     for key, value in data.items():
-        line = _line_of(text, key)
-        where = f"{path}, line {line}" if line else str(path)
-        if key not in CONFIG_KEYS:
-            known = ", ".join(CONFIG_KEYS)
-            raise ConfigError(f"config file {where}: unknown key {quoted(key)} (known keys: {known})")
-        types, expected = CONFIG_KEYS[key]
-        if (isinstance(value, bool) and key not in BOOL_CONFIG_KEYS) or not isinstance(value, types):
-            raise ConfigError(f"config file {where}: {key} must be {expected}, not {type(value).__name__}")
-        if key in TIME_KEYS:
-            data[key] = _time_value(key, cast(Any, value), expected, where)
-        _check_config_value(key, value, expected, where)
-        if key == "success_exit":
-            data[key] = _success_exit(value, expected, where)
-    return path, cast(ConfigFile, data)  # every key is known, of its type and in its range (checked above)
+        where = _where(path, lines, key, job)
+        option = BY_KEY.get(key)
+        if option is None or key not in allowed:
+            raise ConfigError(f"config file {where}: {_unknown(key, job)}")
+        checked[key] = _value(option, value, where)
+    return checked
+
+
+def _unknown(key: str, job: str | None) -> str:
+    if job is None:
+        known = ", ".join(sorted(FILE_KEYS))
+        return f"unknown key {quoted(key)} (known keys: {known}, and [job.NAME] tables)"
+    if key in FILE_KEYS:
+        return f"{quoted(key)} is not a run option: it belongs at the top level of the file, for every job"
+    return f"unknown key {quoted(key)} in [job.{job}] (run options: {', '.join(sorted(JOB_KEYS))})"
+
+
+def _value(option: Option[Any], value: object, where: str) -> Any:
+    file_types = option.parse.file_types
+    try:
+        if file_types is not None and (isinstance(value, bool) or not isinstance(value, file_types)):
+            raise UsageError(f"invalid {option.key} {quoted(value)}")
+        return option.parse(value, option.key)
+    except UsageError as exc:
+        reason = str(exc)
+        if reason.startswith(f"invalid {option.key} "):  # the parser's usual line: said as a config file says it
+            reason = f"{option.key} must be {option.expected}, not {quoted(value)}"
+        raise ConfigError(f"config file {where}: {reason}") from None
+
+
+def _where(path: Path, lines: list[str], key: str | None, job: str | None = None) -> str:
+    """``FILE, line N`` of ``key`` at the top level or in ``[job.NAME]`` (``key`` None: the
+    table's header), or ``FILE`` when it cannot be found (a key spelled in an inline table)."""
+    first, end = _section(lines, job)
+    if key is None:
+        return f"{path}, line {first}" if job is not None and first else str(path)
+    pattern = re.compile(rf"\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=")
+    line = next((number for number in range(first, end) if pattern.match(lines[number])), None)
+    return f"{path}, line {line + 1}" if line is not None else str(path)
+
+
+def _section(lines: list[str], job: str | None) -> tuple[int, int]:
+    """The lines of the top level (``job`` None) or of ``[job.NAME]``: (first, end)."""
+    headers = [number for number, line in enumerate(lines) if line.lstrip().startswith("[")]
+    if job is None:
+        return 0, headers[0] if headers else len(lines)
+    name = re.escape(job)
+    header = re.compile(rf"\s*\[\s*{JOB_TABLE}\s*\.\s*(?:{name}|\"{name}\"|'{name}')\s*\]")
+    for at, number in enumerate(headers):
+        if header.match(lines[number]):
+            return number + 1, headers[at + 1] if at + 1 < len(headers) else len(lines)
+    return 0, 0
 
 
 def read_password_file(path: Path) -> str:

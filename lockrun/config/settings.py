@@ -1,65 +1,42 @@
-"""Validated values and the settings precedence: flag > environment > config file > default.
-
-Flags and environment variables arrive together from the CLI (click reads the
-``envvar``s and leaves ``None`` when neither was given); this module fills the
-gaps from the first config file that exists, then from the defaults.
+"""What every command shares, read from a resolved :class:`~lockrun.config.resolve.Plan`: the
+backend (its URL, prefix, CA, password file, timeouts and fleet retention), the state directory
+and the ledger. The run options are the plan's own (``plan[TTL]``); this is the part of it that
+``status``, ``history`` and the rest need too.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any
 
-from lockrun.backends.redis.url import redact_url, url_without_credentials, validate_redis_url
-from lockrun.config.file import load_config, read_password_file
-from lockrun.config.values import parse_replicas
-from lockrun.core.defaults import (
-    DEFAULT_FLEET_KEEP_DAYS,
-    DEFAULT_FLEET_KEEP_RUNS,
-    DEFAULT_PREFIX,
-    DEFAULT_RETRY_DELAY_S,
-    DEFAULT_TTL,
-)
-from lockrun.core.masking import BUILT_IN, Masking, parse_masking
-
-# --- resolved settings ------------------------------------------------------------------
+from lockrun.backends.redis.url import redact_url, url_without_credentials
+from lockrun.config import options
+from lockrun.config.file import read_password_file
+from lockrun.config.resolve import Plan, resolve
 
 
-class Settings(NamedTuple):
-    """The global settings every subcommand shares, after precedence is applied."""
+class Settings:
+    """The global settings of one plan, as every command reads them (a plain class: it is made on
+    every run's path, and a NamedTuple of this size costs a compile per field at import)."""
 
-    redis_url: str | None
-    prefix: str
-    state_dir: Path
-    ledger_path: Path
-    ttl: float
-    config_path: Path | None
-    ledger_keep_days: int | None = None  # prune finished runs older than this, now and then
-    metrics_file: Path | None = None  # Prometheus textfile rewritten after each run
-    redis_ca: str | None = None  # CA file for rediss:// URLs
-    socket_timeout: float | None = None  # None: derived from the TTL (TTL/5, 50 ms to 5 s)
-    connect_timeout: float | None = None
-    notify_urls: tuple[str, ...] = ()
-    min_hold: float | None = None
-    fleet_keep_runs: int = DEFAULT_FLEET_KEEP_RUNS
-    fleet_keep_days: int = DEFAULT_FLEET_KEEP_DAYS
-    redis_password_file: Path | None = None  # the password, kept out of argv and the environment
-    redis_url_from: str | None = None  # "--redis-url", "LOCKRUN_REDIS_URL" or "redis_url in FILE"
-    replicas: int | str = 0  # the config file's `replicas` (--replicas overrides it)
-    allow_eviction: bool = False  # the config file's `allow_eviction` (--allow-eviction sets it too)
-    timezone: str | None = None  # the config file's `timezone` (--tz and LOCKRUN_TZ win over it)
-    output_tail: bool = True  # the config file's `output_tail` (--no-tail turns it off too)
-    output: str = "always"  # the config file's `output` (--output wins over it)
-    syslog: bool = False  # the config file's `syslog` (--syslog sets it too)
-    # The config file's `retry`, `retry_delay`, `jitter` and `success_exit` (their flags win over them).
-    retry: int = 0
-    retry_delay: float = DEFAULT_RETRY_DELAY_S
-    jitter: float = 0.0
-    success_exit: tuple[int, ...] = ()
-    # The config file's `redact` and `record_command`: what the recorded command line hides
-    # (docs/fleet.md "What is published").
-    masking: Masking = BUILT_IN
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.redis_url: str | None = plan[options.REDIS_URL] or None
+        self.prefix: str = plan[options.PREFIX]
+        self.state_dir: Path = Path(plan[options.STATE_DIR] or default_state_dir()).expanduser()
+        self.ledger_path: Path = Path(plan[options.LEDGER] or self.state_dir / "ledger.db").expanduser()
+        self.ttl: float = plan[options.TTL]
+        self.config_path: Path | None = plan.config_path
+        self.ledger_keep_days: int | None = plan[options.LEDGER_KEEP_DAYS]
+        self.redis_ca: str | None = plan[options.REDIS_CA]
+        self.socket_timeout: float | None = plan[options.SOCKET_TIMEOUT]
+        self.connect_timeout: float | None = plan[options.CONNECT_TIMEOUT]
+        self.fleet_keep_runs: int = plan[options.FLEET_KEEP_RUNS]
+        self.fleet_keep_days: int = plan[options.FLEET_KEEP_DAYS]
+        password_file = plan[options.REDIS_PASSWORD_FILE]
+        self.redis_password_file: Path | None = Path(password_file).expanduser() if password_file else None
+        #: "--redis-url", "LOCKRUN_REDIS_URL" or "redis_url in FILE": for the hint that compares shells and runs.
+        self.redis_url_from: str | None = plan.named_source(options.REDIS_URL) if self.redis_url else None
 
     @property
     def backend_name(self) -> str:
@@ -94,55 +71,6 @@ def default_state_dir() -> Path:
     return from_passwd()
 
 
-def resolve(
-    *,
-    config: str | None = None,
-    redis_url: str | None = None,
-    redis_ca: str | None = None,
-    prefix: str | None = None,
-    ledger: str | None = None,
-    ttl: float | None = None,
-    redis_url_from: str | None = None,
-) -> Settings:
-    """Apply flag/env (already merged by the caller, who says in ``redis_url_from`` which of the
-    two gave ``redis_url``) > config file > default."""
-    config_path, file = load_config(config)
-    state_dir_env = os.environ.get("LOCKRUN_STATE_DIR")
-    state_dir = Path(state_dir_env or file.get("state_dir") or default_state_dir()).expanduser()
-    if redis_url is not None:
-        validate_redis_url(redis_url)
-    elif file.get("redis_url"):
-        redis_url_from = f"redis_url in {config_path}"
-    redis_url = redis_url if redis_url is not None else file.get("redis_url")
-    ledger_path = Path(ledger or file.get("ledger") or state_dir / "ledger.db").expanduser()
-    password_file = os.environ.get("LOCKRUN_REDIS_PASSWORD_FILE") or file.get("redis_password_file")
-    return Settings(
-        redis_url=redis_url or None,
-        prefix=prefix if prefix is not None else file.get("prefix", DEFAULT_PREFIX),
-        state_dir=state_dir,
-        ledger_path=ledger_path,
-        ttl=float(ttl if ttl is not None else file.get("ttl", DEFAULT_TTL)),
-        config_path=config_path,
-        ledger_keep_days=file.get("ledger_keep_days"),
-        metrics_file=Path(file["metrics_file"]).expanduser() if file.get("metrics_file") else None,
-        notify_urls=tuple(file.get("notify_urls", ())),
-        min_hold=file.get("min_hold"),  # seconds (config/file.py reads every time value)
-        replicas=parse_replicas(file["replicas"], "replicas") if "replicas" in file else 0,
-        redis_ca=redis_ca or file.get("redis_ca"),
-        socket_timeout=float(file["socket_timeout"]) if "socket_timeout" in file else None,
-        connect_timeout=float(file["connect_timeout"]) if "connect_timeout" in file else None,
-        fleet_keep_runs=file.get("fleet_keep_runs", DEFAULT_FLEET_KEEP_RUNS),
-        fleet_keep_days=file.get("fleet_keep_days", DEFAULT_FLEET_KEEP_DAYS),
-        redis_password_file=Path(password_file).expanduser() if password_file else None,
-        redis_url_from=redis_url_from if redis_url else None,
-        allow_eviction=file.get("allow_eviction", False),
-        timezone=file.get("timezone"),
-        output_tail=file.get("output_tail", True),
-        output=file.get("output", "always"),
-        syslog=file.get("syslog", False),
-        retry=file.get("retry", 0),
-        retry_delay=float(file.get("retry_delay", DEFAULT_RETRY_DELAY_S)),
-        jitter=float(file.get("jitter", 0.0)),
-        success_exit=tuple(file.get("success_exit", ())),
-        masking=parse_masking(file.get("redact", ()), file.get("record_command", True)),
-    )
+def settings_for(flags: dict[str, Any] | None = None, name: str | None = None) -> Settings:
+    """The settings of a command given ``flags`` (by key), for lock ``name`` when it has a job table."""
+    return Settings(resolve(flags or {}, name))

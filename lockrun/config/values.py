@@ -308,19 +308,29 @@ def output_path_problem(path: str, what: str, directories: bool = True) -> str |
             " and never replaces anything else")
 
 
-def metrics_file_problem(path: str, what: str) -> str | None:
+def check_output_path(path: str, what: str, directories: bool = True) -> str:
+    """``--ledger``: a path :func:`output_path_problem` finds nothing wrong with."""
+    problem = output_path_problem(path, what, directories=directories)
+    if problem:
+        raise UsageError(problem)
+    return path
+
+
+def metrics_file_problem(path: str, what: str, directory: bool = True) -> str | None:
     """Why a run could not write ``path`` as its ``--metrics-file`` (docs/operating.md "Metrics for
     Prometheus"), said before the command runs rather than in a warning after it: empty (a
     ``"$PROM"`` that expanded to nothing would otherwise turn metrics off without a word), a
-    directory, device, FIFO or socket there, or a directory for it that does not exist or that
-    this user cannot write (the file is replaced by a rename there). None when it can be written."""
+    directory, device, FIFO or socket there, or (``directory``) a directory for it that does not
+    exist or that this user cannot write (the file is replaced by a rename there). None when it can
+    be written. A config file's value is checked without ``directory`` as the file is read (another
+    user's ``status`` need not write it), and whole before a run."""
     import os
 
     if path == "":
         return (f"{what} is empty (a variable that expanded to nothing?): name the file, e.g."
                 " /var/lib/prometheus/node-exporter/lockrun-NAME.prom, or leave the option out")
     problem = output_path_problem(path, what, directories=True)
-    if problem:
+    if problem or not directory:
         return problem
     parent = Path(path).expanduser().absolute().parent
     if not parent.is_dir():
@@ -331,9 +341,10 @@ def metrics_file_problem(path: str, what: str) -> str | None:
     return None
 
 
-def check_metrics_file(path: str, what: str) -> str:
-    """``--metrics-file``: a path :func:`metrics_file_problem` finds nothing wrong with."""
-    problem = metrics_file_problem(path, what)
+def check_metrics_path(path: str, what: str) -> str:
+    """A ``--metrics-file`` or ``metrics_file`` as it is read: not empty, nothing but a regular file
+    there (where it goes is checked before a run: :func:`metrics_file_problem`)."""
+    problem = metrics_file_problem(path, what, directory=False)
     if problem:
         raise UsageError(problem)
     return path

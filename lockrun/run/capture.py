@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import fcntl
 import os
 import select
 import stat
@@ -31,6 +30,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+
+from lockrun.system.own_output import inherited
 
 # How long the pump may wait for more input after the command's group is gone: the pipes are at
 # EOF then, unless a process that left the group still holds them. Time spent waiting for a
@@ -70,22 +71,6 @@ class OutputTail:
 # worth then, or the pump costs five times the CPU (docs/operating.md "Output tail").
 PUMP_READ_SIZE = 1024
 PUMP_READ_SIZE_ONE_PIPE = 65536
-
-
-def on_a_terminal() -> bool:
-    """Whether lockrun's stdout or stderr is a terminal: then a person reads the output as it comes,
-    and the command keeps the terminal (no pipe, no default tail)."""
-    return any(os.isatty(fd) for fd in (1, 2) if inherited(fd))
-
-
-def inherited(fd: int) -> bool:
-    """True when ``fd`` is a descriptor lockrun was started with. Everything lockrun opens
-    itself is close-on-exec, so a stdout that was closed at start and then reused by one of
-    lockrun's own files is not mistaken for an output to pass the command's writes to."""
-    try:
-        return not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
-    except OSError:
-        return False
 
 
 def same_destination(fd_a: int, fd_b: int) -> bool:

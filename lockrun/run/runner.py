@@ -27,23 +27,19 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from lockrun.backends.connect import call_timeout_for
 from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import LOST, PREEMPTED, Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
+from lockrun.config import options as o
 from lockrun.core.clock import exact_duration, iso_ago, utc_now_iso
 from lockrun.core.defaults import (
-    DEFAULT_BUSY_EXIT,
     DEFAULT_FAILURE_TAIL,
-    DEFAULT_KILL_AFTER,
-    DEFAULT_REMEMBER_S,
-    DEFAULT_RETRY_DELAY_S,
 )
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
-from lockrun.core.masking import BUILT_IN, Masking, mask_command
+from lockrun.core.masking import mask_command
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
 from lockrun.core.run_ids import new_run_id
@@ -59,53 +55,19 @@ from lockrun.run.watch import REPLACED, watch
 from lockrun.system.collection import resume_after_startup
 
 if TYPE_CHECKING:
-    from lockrun.core.zones import Zone
+    from lockrun.config.resolve import Plan
     from lockrun.run.capture import OutputSpool
+    from lockrun.run.job import Job
     from lockrun.run.notify import Delivery
     from lockrun.run.retry import PauseEnd
     from lockrun.run.signals import SignalRelay
 
 
-class RunOptions(NamedTuple):
-    argv: list[str]
-    name: str
-    ttl: float
-    wait: float | None = 0.0  # None with --replace: the holder's TTL + --kill-after
-    timeout: float | None = None
-    kill_after: float = DEFAULT_KILL_AFTER
-    on_lost: str = "terminate"  # or "continue"
-    busy_exit_code: int = DEFAULT_BUSY_EXIT
-    once_key: str | None = None  # already strftime-expanded
-    remember: float = DEFAULT_REMEMBER_S
-    capture_tail: int | None = None  # bytes of combined output to keep; None: stdio inherited
-    failure_tail: int | None = None  # without capture_tail: bytes a failed run keeps in this host's ledger
-    output_on_failure: bool = False  # --output on-failure: output held back, written out if the run failed
-    warn_after: float | None = None  # the command is slow after this long (it goes on)
-    syslog: bool = False  # one line per finished run to syslog
-    notify_urls: tuple[str, ...] = ()
-    notify_on: tuple[str, ...] = ()
-    notify_slack: bool = False
-    ping_url: str | None = None
-    ping_on_busy: bool = False
-    min_hold: float | None = None  # keep the lock taken this long after acquiring it, at least
-    replace: bool = False  # ask a busy lock's holder to stop instead of skipping
-    slots: int = 1  # up to this many holders of the name at once
-    call_timeout: float | None = None  # the bound on one backend call; None: derived from the TTL
-    once_zone: Zone | None = None  # the zone of a time-derived --once key (docs/guarantees.md "One zone per name")
-    keep_detached: bool = False  # what leaves the command's group outlives the run (no subreaper, no cgroup)
-    once_every: float | None = None  # run only if the name's last success started at least this long ago
-    cadence: str | None = None  # the declared cadence, as stored (core/cadence: --every/--schedule, --grace)
-    retry: int = 0  # --retry: more attempts after a failed one, under the same lock (retry.py)
-    retry_delay: float = DEFAULT_RETRY_DELAY_S  # the pause before the first retry; doubling after
-    jitter: float = 0.0  # --jitter: a random sleep in [0, jitter) before the first try for the lock
-    success_exit: tuple[int, ...] = ()  # --success-exit: exit codes that count as success
-    masking: Masking = BUILT_IN  # what the recorded command line hides (config redact, record_command)
-
-
 class Run:
     def __init__(
         self,
-        options: RunOptions,
+        plan: Plan,
+        job: Job,
         *,
         backend_factory: Callable[[float], Backend],
         ledger_path: Path | str,
@@ -116,7 +78,8 @@ class Run:
         backend_where: str | None = None,
         backend_from: str | None = None,
     ) -> None:
-        self.options = options
+        self.plan = plan  # every option, resolved (config/resolve.py): read as self.plan[o.TTL]
+        self.job = job  # what they come to for this run (run/command.py)
         self.backend_factory = backend_factory
         self.backend_name = backend_name
         self.backend_where = backend_where  # without credentials: it goes to the ledger and messages
@@ -128,29 +91,29 @@ class Run:
             report(level, message)
 
         self.report: Report = say
-        self.call_timeout = options.call_timeout or call_timeout_for(options.ttl)
+        self.call_timeout = job.call_timeout
         self.run_id = new_run_id()  # a dashed UUID: the one format of every run id (core/run_ids)
         self.first_run_id = self.run_id  # --retry: every attempt's row names the first one's run id
         # The command line as every record of the run keeps it (the ledger, the holder's record,
         # the fleet record, webhooks): its secrets masked, once (docs/fleet.md "What is published").
-        self.recorded_argv = mask_command(escaped_all(options.argv), options.masking)
+        self.recorded_argv = mask_command(escaped_all(job.argv), job.masking)
+        retried = bool(plan[o.RETRY])
         self._record = RunRecord(
-            run_id=self.run_id, name=options.name, command=self.recorded_argv, backend=backend_name,
-            started_at=utc_now_iso(), once_key=options.once_key, backend_where=backend_where, backend_from=backend_from,
-            cadence=options.cadence,
-            attempt=1 if options.retry else None, first_run_id=self.run_id if options.retry else None,
+            run_id=self.run_id, name=job.name, command=self.recorded_argv, backend=backend_name,
+            started_at=utc_now_iso(), once_key=job.once_key, backend_where=backend_where, backend_from=backend_from,
+            cadence=job.cadence, attempt=1 if retried else None, first_run_id=self.run_id if retried else None,
         )
         self._ledger_path, self._keep_days, self._metrics_file = ledger_path, ledger_keep_days, metrics_file
         self.journal = RunJournal(ledger_path, self._record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
         self._slow_note: str | None = None  # --warn-after found the command slow
         self.delivery: Delivery | None = None
-        if options.ping_url or options.notify_urls:
+        if plan[o.PING] or plan[o.NOTIFY_URLS]:
             from lockrun.run.notify import Delivery  # only runs that asked for a delivery pay for it
 
-            self.delivery = Delivery(self.run_id, ping_url=options.ping_url, ping_on_busy=options.ping_on_busy,
-                                     notify_urls=options.notify_urls, notify_on=options.notify_on,
-                                     slack=options.notify_slack)
+            self.delivery = Delivery(self.run_id, ping_url=plan[o.PING], ping_on_busy=plan[o.PING_ON_BUSY],
+                                     notify_urls=plan[o.NOTIFY_URLS], notify_on=plan[o.NOTIFY_ON],
+                                     slack=plan[o.NOTIFY_FORMAT] == "slack")
 
     def execute(self) -> Outcome:
         self.journal.open()
@@ -162,7 +125,7 @@ class Run:
 
     def _execute(self) -> Outcome:
         try:
-            check_runnable(self.options.argv, shown=self.recorded_argv[0])
+            check_runnable(self.job.argv, shown=self.recorded_argv[0])
         except CommandNotRunnable as exc:
             self.report("error", str(exc))
             outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
@@ -178,7 +141,7 @@ class Run:
 
     def _to_syslog(self, journal: RunJournal, outcome: Outcome) -> None:
         """--syslog: one line for a finished run, or for each finished --retry attempt."""
-        if not self.options.syslog:
+        if not self.plan[o.SYSLOG]:
             return
         from lockrun.run.syslog_line import send_run  # only runs that asked for it pay for it
 
@@ -188,25 +151,25 @@ class Run:
 
     def _run_under_lock(self) -> Outcome:
         # lockrun's own credentials stay with lockrun: no Redis password in the command's environment.
-        self._env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.options.name,
+        self._env = {**environment_for_command(os.environ), "LOCKRUN_NAME": self.job.name,
                      "LOCKRUN_RUN_ID": self.run_id}
-        opts = self.options
         spool = None
-        if opts.output_on_failure:
+        if self.job.output_on_failure:
             from lockrun.run.capture import OutputSpool  # only --output on-failure pays for it
 
             spool = OutputSpool(lambda line: self.report("warn", line))
         # Output goes through a pump (and its tail) when a tail is kept or held back (capture.py);
         # each --retry attempt's Supervisor gets the same (_attempts).
-        self._tail_size = opts.capture_tail or opts.failure_tail or (DEFAULT_FAILURE_TAIL if spool else None)
+        self._tail_size = self.plan[o.CAPTURE_TAIL] or self.job.failure_tail or (
+            DEFAULT_FAILURE_TAIL if spool else None)
         self._spool = spool
-        supervisor = Supervisor(self.options.argv, env=self._env, capture_tail=self._tail_size,
-                                keep_detached=self.options.keep_detached, spool=spool, masking=opts.masking)
+        supervisor = Supervisor(self.job.argv, env=self._env, capture_tail=self._tail_size,
+                                keep_detached=self.plan[o.KEEP_DETACHED], spool=spool, masking=self.job.masking)
         supervisor.signals.install()
         backend = None
         try:
             try:
-                if self.options.jitter > 0 and self._jittered(supervisor):
+                if self.plan[o.JITTER] > 0 and self._jittered(supervisor):
                     return self._interrupted(supervisor.signals.received[0], "during --jitter, before the first"
                                                                                " try for the lock")
                 backend = self.backend_factory(self.call_timeout)
@@ -237,8 +200,8 @@ class Run:
         --wait begins); True when a signal ended the sleep."""
         from lockrun.run.retry import jitter  # only runs with --jitter or --retry import it
 
-        slept = jitter(self.options.jitter, supervisor.signals)
-        self.report("info", f"--jitter: slept {slept:.3f}s before the first try for {self.options.name!r}")
+        slept = jitter(self.plan[o.JITTER], supervisor.signals)
+        self.report("info", f"--jitter: slept {slept:.3f}s before the first try for {self.job.name!r}")
         return bool(supervisor.signals.received)
 
     def _interrupted(self, signum: int, when: str, fencing_token: int | None = None) -> Outcome:
@@ -249,18 +212,19 @@ class Run:
                        fencing_token=fencing_token)
 
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
-        opts = self.options
-        if opts.once_zone is not None:
-            self.report("info", f"--once key {opts.once_key!r} computed in {opts.once_zone.name}"
-                                f" ({opts.once_zone.source})")
+        job, plan = self.job, self.plan
+        zone = job.once_zone
+        if zone is not None:
+            self.report("info", f"--once key {job.once_key!r} computed in {zone.name} ({zone.source})")
+        once = None
+        if job.once_key:
+            once = OnceKey(job.once_key, plan[o.REMEMBER], zone=zone.name if zone else None,
+                           zone_from=zone.source if zone else "")
         lease_client = LeaseClient(
-            backend, opts.name, opts.ttl, run_id=self.run_id, argv=self.recorded_argv, report=self.report,
-            slots=opts.slots, cadence=opts.cadence,
-            once=OnceKey(opts.once_key, opts.remember, zone=opts.once_zone.name if opts.once_zone else None,
-                         zone_from=opts.once_zone.source if opts.once_zone else "") if opts.once_key else None,
-            once_every=opts.once_every,
+            backend, job.name, plan[o.TTL], run_id=self.run_id, argv=self.recorded_argv, report=self.report,
+            slots=plan[o.SLOTS], cadence=job.cadence, once=once, once_every=plan[o.ONCE_EVERY],
         )
-        got = lease_client.acquire(opts.wait, replace=opts.replace, kill_after=opts.kill_after,
+        got = lease_client.acquire(self.job.wait, replace=self.plan[o.REPLACE], kill_after=self.plan[o.KILL_AFTER],
                                    interrupted=lambda: bool(supervisor.signals.received),
                                    interruptible=supervisor.signals.interrupting, get_ready=supervisor.prepare)
         self.journal.acquire_over()
@@ -275,36 +239,36 @@ class Run:
             return outcome
         if isinstance(got, Paused):
             note = got.describe()
-            self.report("info", f"{opts.name!r}: {note}; skipped")
+            self.report("info", f"{self.job.name!r}: {note}; skipped")
             return Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=note)
         if isinstance(got, Duplicate):
             note = f"--once key {got.key!r} already succeeded"
-            self.report("info", f"{opts.name!r}: {note}; skipped")
+            self.report("info", f"{self.job.name!r}: {note}; skipped")
             return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
         if isinstance(got, TooSoon):
-            note = too_soon_note(got, opts.once_every or 0.0)
-            self.report("info", f"{opts.name!r}: {note}; skipped")
+            note = too_soon_note(got, self.plan[o.ONCE_EVERY] or 0.0)
+            self.report("info", f"{self.job.name!r}: {note}; skipped")
             return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
         if isinstance(got, Holder):
             note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
             # Data lockrun did not write may never go away by itself: worth a line even without -v.
             self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
-            return Outcome(exit_code=opts.busy_exit_code, status=Status.BUSY, note=note, holder=got)
+            return Outcome(exit_code=self.plan[o.BUSY_EXIT_CODE], status=Status.BUSY, note=note, holder=got)
         lease = got
         acquired_at = lease.sent_at  # --min-hold counts from the acquisition, whatever the attempts
         # Armed before the first exec (_supervise), kept through --retry pauses, retired before the release.
-        backstop = Backstop() if opts.on_lost == "terminate" else None
+        backstop = Backstop() if self.plan[o.ON_LOST] == "terminate" else None
         try:
             outcome, lease = self._attempts(backend, supervisor, lease_client, lease, backstop)
         finally:
             if backstop is not None:
                 backstop.disarm()
-        if self._spool is not None and opts.retry:  # the failed attempts' output, each under its line
+        if self._spool is not None and self.plan[o.RETRY]:  # the failed attempts' output, each under its line
             outcome = self._settled(self._spool, outcome)
         self.journal.mark_ended()
         hold_s = 0.0
-        if opts.min_hold and not outcome.lease_lost:
-            hold_s = max(0.0, opts.min_hold - (time.monotonic() - acquired_at))
+        if self.job.min_hold and not outcome.lease_lost:
+            hold_s = max(0.0, self.job.min_hold - (time.monotonic() - acquired_at))
         hold_until = iso_ago(-hold_s) if hold_s else ""
         if hold_s:
             outcome = outcome.noted(f"--min-hold keeps the lock taken until {hold_until}")
@@ -320,11 +284,11 @@ class Run:
             try:
                 self._slow_note = None  # --warn-after is judged per attempt
                 outcome, lease = self._supervise(backend, current, lease, backstop, attempt)
-                if not self.options.retry:
+                if not self.plan[o.RETRY]:
                     return outcome, lease
                 from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
 
-                if not retry_due(outcome, attempt, self.options.retry, bool(supervisor.signals.received)):
+                if not retry_due(outcome, attempt, self.plan[o.RETRY], bool(supervisor.signals.received)):
                     return outcome, lease
                 went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome,
                                                  attempt)
@@ -342,9 +306,9 @@ class Run:
                 return went_on, lease  # the run ended in the pause: the next attempt's row says how
             lease, attempt = went_on, attempt + 1
             # The previous attempt's group and descendants are gone (Supervisor.finish): a fresh one.
-            current = Supervisor(self.options.argv, env={**self._env, "LOCKRUN_RUN_ID": self.run_id},
-                                 capture_tail=self._tail_size, keep_detached=self.options.keep_detached,
-                                 signals=supervisor.signals, spool=self._spool, masking=self.options.masking)
+            current = Supervisor(self.job.argv, env={**self._env, "LOCKRUN_RUN_ID": self.run_id},
+                                 capture_tail=self._tail_size, keep_detached=self.plan[o.KEEP_DETACHED],
+                                 signals=supervisor.signals, spool=self._spool, masking=self.job.masking)
 
     def _between_attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
                           backstop: Backstop | None, outcome: Outcome, attempt: int) -> Lease | Outcome:
@@ -353,8 +317,8 @@ class Run:
         ended in the pause (a signal, a lost lease, a --replace) on the next attempt's row."""
         from lockrun.run.retry import PauseEnd, pause, pause_s
 
-        opts, signals = self.options, supervisor.signals
-        delay = pause_s(attempt, opts.retry_delay)
+        signals = supervisor.signals
+        delay = pause_s(attempt, self.plan[o.RETRY_DELAY])
         self.journal.mark_ended()
         finished = self.journal
         sent = time.monotonic()
@@ -365,8 +329,8 @@ class Run:
         found = self._between(lambda: backend.attempt_over(lease, holder, record), lease, signals,
                               f"record the end of attempt {attempt}")
         lease = self._renewed(lease, found, sent)
-        self.report("info", f"{opts.name!r}: attempt {attempt} {outcome.status} (exit {outcome.exit_code});"
-                            f" attempt {attempt + 1} of {opts.retry + 1} in {delay:.1f}s, the lock kept")
+        self.report("info", f"{self.job.name!r}: attempt {attempt} {outcome.status} (exit {outcome.exit_code});"
+                            f" attempt {attempt + 1} of {self.plan[o.RETRY] + 1} in {delay:.1f}s, the lock kept")
         keeper = self._keeper(backend, lease, signals, backstop, child_pid=lambda: None)
         ended: PauseEnd | None = None
         try:
@@ -407,11 +371,11 @@ class Run:
             return self._interrupted(ended.signum, f"during the --retry pause, {before}", lease.fencing_token)
         if ended.status == Status.PREEMPTED:  # not a lost lease: another run asked for it, and has it next
             said = f"replaced by --replace during the --retry pause {before}"
-            self.report("warn", f"{opts.name!r}: {said}")
+            self.report("warn", f"{self.job.name!r}: {said}")
             return Outcome(exit_code=ExitCode.LOST, status=Status.PREEMPTED, fencing_token=lease.fencing_token,
                            note=said, lease_lost=True)
         why = f"{ended.why}, during the --retry pause {before}"
-        self.report("error", f"lease on {opts.name!r} lost: {why}")
+        self.report("error", f"lease on {self.job.name!r} lost: {why}")
         return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
                        note=f"lease lost: {why}", lease_lost=True)
 
@@ -419,7 +383,7 @@ class Run:
         """One backend call between attempts, tried again (after 50 ms, doubling to 500 ms) while the
         lease, as last renewed, is sure to hold (the keeper's deadline: keeper.py), and no signal came;
         None when no try reached the backend by then, said in one line."""
-        deadline = must_stop_at(lease, self.options.kill_after)
+        deadline = must_stop_at(lease, self.plan[o.KILL_AFTER])
         delay = 0.05
         while True:
             try:
@@ -427,7 +391,7 @@ class Run:
             except BackendUnavailable as exc:
                 problem = exc
             if signals.received or time.monotonic() + delay >= deadline:
-                self.report("warn", f"{self.options.name!r}: could not {step} ({problem})")
+                self.report("warn", f"{self.job.name!r}: could not {step} ({problem})")
                 return None
             signals.wait(time.monotonic() + delay)
             delay = min(delay * 2, 0.5)
@@ -453,13 +417,12 @@ class Run:
     def _keeper(self, backend: Backend, lease: Lease, signals: SignalRelay, backstop: Backstop | None,
                 child_pid: Callable[[], int | None]) -> Keeper:
         """A started keeper of ``lease`` (as last renewed), re-arming the backstop after each renewal."""
-        opts = self.options
         if backstop is not None:
             backstop.resume(backstop_for(expires_at(lease), lease.ttl))
         keeper = Keeper(
             backend,
             lease,
-            kill_after=opts.kill_after,
+            kill_after=self.plan[o.KILL_AFTER],
             call_timeout=self.call_timeout,
             wake=signals.wake,
             child_pid=child_pid,
@@ -492,11 +455,11 @@ class Run:
                    attempt: int = 1) -> tuple[Outcome, Lease]:
         """Run the command under the lease: from the exec to the reaping of all it started. The
         outcome, and the lease as last renewed (a --retry attempt goes on from there)."""
-        opts = self.options
         if attempt == 1:
-            self.report("info", f"acquired {opts.name!r} (fencing token {lease.fencing_token}, ttl {opts.ttl:g}s)")
+            self.report("info", f"acquired {self.job.name!r} (fencing token {lease.fencing_token},"
+                                f" ttl {self.plan[o.TTL]:g}s)")
         else:
-            self.report("info", f"attempt {attempt} of {opts.retry + 1} under {opts.name!r} (fencing token"
+            self.report("info", f"attempt {attempt} of {self.plan[o.RETRY] + 1} under {self.job.name!r} (fencing token"
                                 f" {lease.fencing_token})")
         # Armed before the exec: from its first instant the command cannot outlive the lease,
         # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
@@ -509,8 +472,9 @@ class Run:
         self.journal.say_problem(command_runs=True)
         try:
             started_mono, started_wall = time.monotonic(), utc_now_iso()
-            if opts.timeout:  # the command would have been killed there, however slow its reader
-                supervisor.output_until = started_mono + opts.timeout + opts.kill_after
+            timeout = self.plan[o.TIMEOUT]
+            if timeout:  # the command would have been killed there, however slow its reader
+                supervisor.output_until = started_mono + timeout + self.plan[o.KILL_AFTER]
             child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
         except CommandNotRunnable as exc:
             if backstop is not None:
@@ -528,9 +492,9 @@ class Run:
             # What would have stopped the command also ends the wait for a slow reader (Pump.drain).
             supervisor.output_abandoned = lambda: (keeper.preempted
                                                    or lease_problem(keeper, time.monotonic()) is not None)
-            stop = watch(supervisor, keeper, backstop, name=opts.name, timeout=opts.timeout,
-                         kill_after=opts.kill_after, on_lost=opts.on_lost, report=self.report,
-                         warn_after=opts.warn_after, on_slow=self._command_slow)
+            stop = watch(supervisor, keeper, backstop, name=self.job.name, timeout=self.plan[o.TIMEOUT],
+                         kill_after=self.plan[o.KILL_AFTER], on_lost=self.plan[o.ON_LOST], report=self.report,
+                         warn_after=self.plan[o.WARN_AFTER], on_slow=self._command_slow)
         finally:
             # Also on an unexpected error: all it started is gone before the lock is released.
             if backstop is not None:
@@ -542,9 +506,9 @@ class Run:
         renewed = keeper.renewed if keeper is not None else lease
         outcome = command_outcome(
             child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
-            kill_after=opts.kill_after, backstop_error=backstop.error if backstop else None,
+            kill_after=self.plan[o.KILL_AFTER], backstop_error=backstop.error if backstop else None,
             output_tail=supervisor.tail.text() if supervisor.tail else None, strays_note=supervisor.strays_note(),
-            success_exits=opts.success_exit,
+            success_exits=self.plan[o.SUCCESS_EXIT],
         )
         if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
             outcome = outcome.noted("; ".join(supervisor.tail.lost))
@@ -554,11 +518,11 @@ class Run:
         if supervisor.spool is not None:
             # The whole group is gone and the pump drained: this attempt's output is all there.
             failed = outcome.status != Status.SUCCEEDED
-            if opts.retry and failed:
+            if self.plan[o.RETRY] and failed:
                 # Kept under a line naming the attempt: written out if no later attempt succeeds
                 # (_locked_run settles the spool when the attempts are over).
-                supervisor.spool.mark_attempt(f"lockrun: attempt {attempt} of {opts.retry + 1} of {opts.name!r}:"
-                                              f" {outcome.status} (exit {outcome.exit_code})")
+                supervisor.spool.mark_attempt(f"lockrun: attempt {attempt} of {self.plan[o.RETRY] + 1} of"
+                                              f" {self.job.name!r}: {outcome.status} (exit {outcome.exit_code})")
             else:
                 outcome = self._settled(supervisor.spool, outcome)
         return outcome, renewed
@@ -573,18 +537,19 @@ class Run:
     def _kept_tail(self, outcome: Outcome) -> Outcome:
         """The tail the run keeps: all of --capture-tail's, everywhere it goes; without it, a failed
         run's (the default one, this host's ledger only); none of a run that succeeded."""
-        if self.options.capture_tail is not None or outcome.output_tail is None:
+        if self.plan[o.CAPTURE_TAIL] is not None or outcome.output_tail is None:
             return outcome
-        if self.options.failure_tail is None or outcome.status == Status.SUCCEEDED:
+        if self.job.failure_tail is None or outcome.status == Status.SUCCEEDED:
             return outcome._replace(output_tail=None)
         return outcome._replace(tail_private=True)
 
     def _command_slow(self) -> None:
         """--warn-after: the command is still running (the main loop calls this once per command)."""
-        assert self.options.warn_after is not None
-        after = exact_duration(self.options.warn_after)
+        warn_after = self.plan[o.WARN_AFTER]
+        assert warn_after is not None
+        after = exact_duration(warn_after)
         self._slow_note = f"slow: still running after --warn-after {after}"
-        self.report("warn", f"{self.options.name!r} is slow: still running after --warn-after {after}")
+        self.report("warn", f"{self.job.name!r} is slow: still running after --warn-after {after}")
         self.journal.command_slow(self._slow_note)
         if self.delivery is not None:
             running = self.journal.row(Outcome(exit_code=0, status=Status.RUNNING, note=self._slow_note))
@@ -598,7 +563,7 @@ class Run:
         shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
         holder = outcome.holder
         if holder is not None:  # what kept the run out, as any host's record may say it: masked again
-            holder = holder._replace(command=mask_command(list(holder.command), self.options.masking))
+            holder = holder._replace(command=mask_command(list(holder.command), self.job.masking))
         failed = self.delivery.run_ended(self.journal.row(outcome), holder, shared_tail)
         if failed is None:
             return outcome

@@ -130,3 +130,21 @@ def reserve_standard_streams() -> set[int]:
             if opened != fd:
                 os.close(opened)
     return closed
+
+
+def on_a_terminal() -> bool:
+    """Whether lockrun's stdout or stderr is a terminal: then a person reads the output as it comes,
+    and the command keeps the terminal (no pipe, no default tail)."""
+    return any(os.isatty(fd) for fd in (1, 2) if inherited(fd))
+
+
+def inherited(fd: int) -> bool:
+    """True when ``fd`` is a descriptor lockrun was started with. Everything lockrun opens
+    itself is close-on-exec, so a stdout that was closed at start and then reused by one of
+    lockrun's own files is not mistaken for an output to pass the command's writes to."""
+    import fcntl
+
+    try:
+        return not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    except OSError:
+        return False

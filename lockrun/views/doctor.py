@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.backends.audit import BackendAudit, ServerFacts
+from lockrun.config import options
 from lockrun.core.errors import BackendUnavailable, LockrunError
 from lockrun.views import doctor_server as judge
 from lockrun.views.doctor_check import FAIL, OK, SEVERITY, Check, seconds_text
@@ -89,9 +90,10 @@ def judge_audit(audit: BackendAudit, settings: Settings, probe: bool) -> DoctorR
                             "check that the server runs, that this host reaches it, and the URL, user and password"
                             " (redis_password_file)"))
     else:
+        plan = settings.plan
         context = judge.Context(ttl=settings.ttl, call_s=call_timeout_for(settings.ttl, settings.socket_timeout),
-                                replicas=settings.replicas, allow_eviction=settings.allow_eviction,
-                                min_hold=settings.min_hold, cluster_url=audit.topology is not None
+                                replicas=plan[options.REPLICAS], allow_eviction=plan[options.ALLOW_EVICTION],
+                                min_hold=plan[options.MIN_HOLD], cluster_url=audit.topology is not None
                                 and audit.topology.kind == "cluster")
         if audit.topology is not None:
             checks.append(topology_check(audit.topology, len(audit.servers)))
@@ -112,8 +114,8 @@ def doctor_report(settings: Settings, probe: bool) -> DoctorReport:
     # that it can say how slow a server is rather than only that it was too slow.
     timeout = max(call_timeout_for(settings.ttl, settings.socket_timeout), 1.0)
     try:
-        backend = open_backend(settings, timeout, settings.connect_timeout, replicas=settings.replicas,
-                               allow_eviction=settings.allow_eviction)
+        backend = open_backend(settings, timeout, settings.connect_timeout, replicas=settings.plan[options.REPLICAS],
+                               allow_eviction=settings.plan[options.ALLOW_EVICTION])
     except BackendUnavailable as exc:
         audit = BackendAudit(settings.backend_name, settings.backend_where, unreachable=str(exc))
     except LockrunError as exc:  # a URL redis-py refuses, a password file that cannot be read
