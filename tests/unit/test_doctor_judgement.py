@@ -18,8 +18,8 @@ from lockrun.backends.audit import (
 )
 from lockrun.system.directory import DirectoryFacts, mount_of
 from lockrun.views import doctor_server as judge
-from lockrun.views.doctor_acl import acl as judge_acl
 from lockrun.views.doctor import DoctorReport
+from lockrun.views.doctor_acl import acl as judge_acl
 from lockrun.views.doctor_check import Check, duration_text
 from lockrun.views.doctor_host import directory_check
 from lockrun.views.doctor_topology import probe_check, topology_check
