@@ -245,18 +245,26 @@ def role(facts: ServerFacts) -> Check:
     if kind not in ("slave", "replica"):
         return Check("role", WARN, f"the server says it is a {said(kind, 20)}, neither a master nor a replica",
                      "point lockrun at a Redis master, or at the Sentinels that follow it (docs/redis.md)")
-    host, port = _field(replication, "master_host"), _field(replication, "master_port")
-    of = f"{host}:{port}" if host else (facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1
-                                        else "?")
-    read_only = _field(replication, "slave_read_only") or _field(replication, "replica_read_only")
-    configured = facts.config.get("replica-read-only")
-    writable = read_only == "0" or (read_only is None and configured == "no")
+    of = _master_of(facts, replication)
     fix = (f"point lockrun at the master ({of}), or at the Sentinels that follow it (redis+sentinel://…/SERVICE):"
            " docs/redis.md")
-    if writable:
+    if _writable_replica(facts, replication):
         return Check("role", FAIL, f"a writable replica of {of}: its locks are not the master's, other hosts do not see"
                                    " them, and the next resync erases them", fix)
     return Check("role", FAIL, f"a read-only replica of {of}: every acquire is refused (READONLY, exit 69)", fix)
+
+
+def _master_of(facts: ServerFacts, replication: InfoSection) -> str:
+    """A replica's master, ``host:port``, as INFO replication or ROLE names it; ``?`` when neither does."""
+    host, port = _field(replication, "master_host"), _field(replication, "master_port")
+    if host:
+        return f"{host}:{port}"
+    return facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1 else "?"
+
+
+def _writable_replica(facts: ServerFacts, replication: InfoSection) -> bool:
+    read_only = _field(replication, "slave_read_only") or _field(replication, "replica_read_only")
+    return read_only == "0" or (read_only is None and facts.config.get("replica-read-only") == "no")
 
 
 def replicas(facts: ServerFacts, context: Context) -> Check | None:
