@@ -8,8 +8,9 @@ import re
 import pytest
 
 from lockrun.backends.redis.backend import RedisBackend
-from lockrun.backends.redis.lua_parts import ACQUIRE_CHECKS_LUA, ACQUIRE_REPLIES_LUA, Acquired
-from lockrun.backends.redis.scripts import ACQUIRE_PIECES, ACQUIRE_SCRIPT, SLOTS_ACQUIRE_SCRIPT
+from lockrun.backends.redis.lua_parts import ACQUIRE_CHECKS_LUA, ACQUIRE_PIECES, ACQUIRE_REPLIES_LUA, Acquired
+from lockrun.backends.redis.scripts import ACQUIRE_SCRIPT
+from lockrun.backends.redis.slot_scripts import SLOTS_ACQUIRE_SCRIPT
 from lockrun.backends.values import FleetRetention
 from lockrun.core.errors import BackendUnavailable
 

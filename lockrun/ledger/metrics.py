@@ -107,31 +107,44 @@ def _samples(facts: list[JobFacts]) -> dict[str, list[str]]:
     samples: dict[str, list[str]] = {family: [] for family, _, _ in FAMILIES}
     for job in sorted(facts, key=lambda job: job.name):
         label = f'name="{escape_label(job.name)}"'
-        last = job.last
-        if last is not None:
-            if (started := _unix(last["started_at"])) is not None:
-                samples["lockrun_last_run_timestamp_seconds"].append(f"{{{label}}} {_number(started)}")
-            if last["duration_s"] is not None:
-                samples["lockrun_last_duration_seconds"].append(f"{{{label}}} {_number(last['duration_s'])}")
-            if last["exit_code"] is not None:
-                samples["lockrun_last_exit_code"].append(f"{{{label}}} {last['exit_code']}")
-            if last.get("exit_status") is not None:
-                samples["lockrun_last_exit_status"].append(f"{{{label}}} {last['exit_status']}")
-        if (ended := _unix(job.last_success_at)) is not None:
-            samples["lockrun_last_success_timestamp_seconds"].append(f"{{{label}}} {_number(ended)}")
+        for family, value in _gauges(job):
+            if value is not None:
+                samples[family].append(f"{{{label}}} {value}")
         for status, count in sorted(job.counts.items()):
             samples["lockrun_runs_total"].append(f'{{{label},status="{escape_label(status)}"}} {count}')
         for flag, family in FLAG_FAMILIES.items():  # 0 too: a counter that exists before it first counts
             if job.counted_flags is not None and flag not in job.counted_flags:
                 continue
             samples[family].append(f"{{{label}}} {(job.flags or {}).get(flag, 0)}")
-        if job.next_due_at is not None:
-            samples["lockrun_next_due_timestamp_seconds"].append(f"{{{label}}} {_number(job.next_due_at)}")
-        if job.overdue is not None:
-            samples["lockrun_overdue"].append(f"{{{label}}} {int(job.overdue)}")
-        if job.paused is not None:
-            samples["lockrun_paused"].append(f"{{{label}}} {int(job.paused)}")
     return samples
+
+
+def _gauges(job: JobFacts) -> list[tuple[str, str | None]]:
+    """A job's gauges, each with its value as exposed (None: no sample): its newest run's, its
+    last success, its cadence's next due start, overdue and paused."""
+    found = [
+        ("lockrun_last_success_timestamp_seconds", _shown(_unix(job.last_success_at), _number)),
+        ("lockrun_next_due_timestamp_seconds", _shown(job.next_due_at, _number)),
+        ("lockrun_overdue", _shown(job.overdue, _zero_or_one)),
+        ("lockrun_paused", _shown(job.paused, _zero_or_one)),
+    ]
+    last = job.last
+    if last is not None:
+        found += [
+            ("lockrun_last_run_timestamp_seconds", _shown(_unix(last["started_at"]), _number)),
+            ("lockrun_last_duration_seconds", _shown(last["duration_s"], _number)),
+            ("lockrun_last_exit_code", _shown(last["exit_code"], str)),
+            ("lockrun_last_exit_status", _shown(last.get("exit_status"), str)),
+        ]
+    return found
+
+
+def _shown(value: Any, text: Callable[[Any], str]) -> str | None:
+    return None if value is None else text(value)
+
+
+def _zero_or_one(flag: bool) -> str:
+    return str(int(flag))
 
 
 def _rendered(samples: dict[str, list[str]], first_lines: tuple[str, ...] = (), every_family: bool = True) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import os
 import sqlite3
 from collections.abc import Collection, Iterator
@@ -20,8 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.core.clock import seconds_since, utc_now_iso
 from lockrun.core.errors import LedgerError
-from lockrun.core.readers import sql_int, text_or_none
-from lockrun.core.record import IN_PROGRESS, ROW_FIELDS, Row, Status
+from lockrun.core.record import IN_PROGRESS, Row, Status
 from lockrun.core.run_ids import run_id_digits
 from lockrun.ledger.file import (
     BUSY_TIMEOUT_MS,
@@ -33,6 +31,7 @@ from lockrun.ledger.file import (
     retry_locked,
     rollback,
 )
+from lockrun.ledger.rows import SELECT, history_query, row_to_dict
 from lockrun.system import host as this_host
 
 if TYPE_CHECKING:
@@ -41,9 +40,6 @@ if TYPE_CHECKING:
 # Errors a query or write can end in besides sqlite3.Error: a value SQLite cannot store
 # (an integer past 64 bits) is an OverflowError.
 SQL_ERRORS = (sqlite3.Error, OverflowError)
-# The columns of ``history --json``, in the order every reader prints them (the fleet record's too).
-PUBLIC_FIELDS = ROW_FIELDS
-_SELECT = "SELECT " + ", ".join(PUBLIC_FIELDS) + ", pid_start, boot_id, pid_ns, machine_id FROM runs"
 
 
 class RunRecord(NamedTuple):
@@ -70,45 +66,59 @@ class RunRecord(NamedTuple):
     first_run_id: str | None = None  # --retry: the first attempt's run id
 
 
-#: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
 #: The flag_counts entry of a run --warn-after found slow (lockrun_slow_runs_total).
 SLOW_FLAG = "slow"
 
+#: The fields of a finished run that ``finish`` writes; the runner builds them in one place.
 FINAL_FIELDS = (
     "status", "started_at", "ended_at", "duration_s", "waited_s", "exit_code", "signal", "exit_status",
     "fencing_token", "error", "note", "lock_lost_at_release",
 )
 
 
-def _command_list(stored: object) -> list[str]:
-    """The stored JSON argv as a list of strings, whatever the row holds."""
-    try:
-        command = json.loads(stored) if isinstance(stored, str) else stored
-    except (ValueError, RecursionError):
-        command = None
-    if isinstance(command, list) and all(isinstance(arg, str) for arg in command):
-        return command
-    return [str(stored)] if stored not in (None, "") else []
+#: One more flagged run of the run's name (flag_counts), by the run's id.
+_COUNT_FLAG = ("INSERT INTO flag_counts (name, flag, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
+               " ON CONFLICT (name, flag) DO UPDATE SET count = count + 1")
 
 
-def _row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
-    """One row as ``history --json`` shows it. SQLite keeps whatever type it was given, and a
-    ledger may have been written by anyone: every column is read back as the type it should be.
-    With ``known_dead``, a running row whose lockrun process is gone reads as abandoned."""
-    item: Row = {key: text_or_none(row[key]) for key in PUBLIC_FIELDS}
-    for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token", "attempt"):
-        item[key] = sql_int(row[key])
-    for key in ("duration_s", "waited_s"):
-        seconds = row[key]
-        item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
-    lost = row["lock_lost_at_release"]
-    item["lock_lost_at_release"] = bool(lost) if isinstance(lost, int) and lost in (0, 1) else None
-    item["command"] = _command_list(row["command"])
-    if (item["status"] == Status.RUNNING and known_dead is not None
-            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"],
-                           row["machine_id"])):
-        item["status"] = Status.ABANDONED  # its lockrun process is gone: it will never finish
-    return item
+def _insert(run: RunRecord) -> tuple[str, tuple[Any, ...]]:
+    """The row "running" of ``run``; what it leaves None is this host's, process's, boot's."""
+    return (
+        "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
+        " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id, attempt,"
+        " first_run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run.run_id,
+            run.name,
+            run.status,
+            run.host or this_host.hostname(),
+            run.pid or os.getpid(),
+            run.pid_start,
+            run.boot_id or this_host.boot_id(),
+            json.dumps(run.command),
+            run.backend,
+            run.started_at,
+            run.once_key,
+            run.fencing_token,
+            run.backend_where,
+            run.backend_from,
+            run.pid_ns or this_host.pid_ns(),
+            run.machine_id or this_host.machine_id() or None,
+            run.attempt,
+            run.first_run_id,
+        ),
+    )
+
+
+def _declare(run: RunRecord) -> tuple[str, tuple[Any, ...]]:
+    """The run's declared cadence, kept with its name."""
+    # Written only when it changed (the newest declaration wins): most runs declare the same.
+    return (
+        "INSERT INTO cadences (name, declaration, declared_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE"
+        " SET declaration = excluded.declaration, declared_at = excluded.declared_at"
+        " WHERE cadences.declaration != excluded.declaration",
+        (run.name, run.cadence, run.started_at),
+    )
 
 
 class Ledger:
@@ -178,41 +188,10 @@ class Ledger:
 
     def start(self, run: RunRecord) -> None:
         """The row "running"; and the run's declared cadence, when it changed, in the same transaction."""
-        row = (
-            "INSERT INTO runs (run_id, name, status, host, pid, pid_start, boot_id, command, backend,"
-            " started_at, once_key, fencing_token, backend_where, backend_from, pid_ns, machine_id, attempt,"
-            " first_run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run.run_id,
-                run.name,
-                run.status,
-                run.host or this_host.hostname(),
-                run.pid or os.getpid(),
-                run.pid_start,
-                run.boot_id or this_host.boot_id(),
-                json.dumps(run.command),
-                run.backend,
-                run.started_at,
-                run.once_key,
-                run.fencing_token,
-                run.backend_where,
-                run.backend_from,
-                run.pid_ns or this_host.pid_ns(),
-                run.machine_id or this_host.machine_id() or None,
-                run.attempt,
-                run.first_run_id,
-            ),
-        )
         if run.cadence is None:
-            self._write(*row)
-            return
-        # Written only when it changed (the newest declaration wins): most runs declare the same.
-        self._transaction(row, (
-            "INSERT INTO cadences (name, declaration, declared_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE"
-            " SET declaration = excluded.declaration, declared_at = excluded.declared_at"
-            " WHERE cadences.declaration != excluded.declaration",
-            (run.name, run.cadence, run.started_at),
-        ))
+            self._write(*_insert(run))
+        else:
+            self._transaction(_insert(run), _declare(run))
 
     def known_names(self) -> list[str]:
         """Every name this ledger has a finished run or a declared cadence of (small tables: no walk
@@ -243,8 +222,7 @@ class Ledger:
         self._transaction(
             ("UPDATE runs SET slow_at = ?, note = ? WHERE run_id = ? AND status = ?",
              (slow_at, note, run_id, Status.RUNNING.value)),
-            ("INSERT INTO flag_counts (name, flag, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
-             " ON CONFLICT (name, flag) DO UPDATE SET count = count + 1", (SLOW_FLAG, run_id)),
+            (_COUNT_FLAG, (SLOW_FLAG, run_id)),
         )
 
     def slow_running(self) -> dict[str, str]:
@@ -275,11 +253,7 @@ class Ledger:
         """The final row; ``started_at`` (when given) replaces the time the row was written with
         the time the command started."""
         lost = None if lock_lost_at_release is None else int(bool(lock_lost_at_release))
-        counted = [(
-            "INSERT INTO flag_counts (name, flag, count) SELECT name, ?, 1 FROM runs WHERE run_id = ?"
-            " ON CONFLICT (name, flag) DO UPDATE SET count = count + 1",
-            ("lock_lost_at_release", run_id),
-        )] if lost else []
+        counted = [(_COUNT_FLAG, ("lock_lost_at_release", run_id))] if lost else []
         self._transaction(
             (
                 "UPDATE runs SET status = ?, ended_at = ?, duration_s = ?, exit_code = ?, signal = ?,"
@@ -326,7 +300,7 @@ class Ledger:
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         with self._connection() as db:
-            return [_row_to_dict(row, self._known_dead) for row in db.execute(sql, params)]
+            return [row_to_dict(row, self._known_dead) for row in db.execute(sql, params)]
 
     def history(
         self, name: str | None = None, *, limit: int = 20, statuses: Collection[str] | None = None,
@@ -334,24 +308,10 @@ class Ledger:
     ) -> list[Row]:
         """Newest first; ``statuses``: only runs with one of them. ``since`` is an ISO timestamp;
         ``abandoned`` is derived (a ``running`` row of a dead lockrun), so it is filtered here."""
-        where, params = [], []
-        if name is not None:
-            where.append("name = ?")
-            params.append(name)
-        if host is not None:
-            where.append("host = ?")
-            params.append(host)
-        if since is not None:
-            where.append("started_at >= ?")
-            params.append(since)
         wanted = frozenset(statuses) if statuses is not None else None
         if wanted is not None and not wanted:
             return []  # none asked for: none match
-        if wanted is not None:
-            stored = sorted({Status.RUNNING.value if status in IN_PROGRESS else status for status in wanted})
-            where.append(f"status IN ({', '.join('?' * len(stored))})")
-            params.extend(stored)
-        sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC"
+        sql, params = history_query(name, host, since, wanted)
         if wanted is None or not wanted & IN_PROGRESS:
             return self._query(sql + " LIMIT ?", (*params, limit))
         # running or abandoned asked for: a running row is either, so rows are read (newest first)
@@ -359,7 +319,7 @@ class Ledger:
         rows: list[Row] = []
         with self._connection() as db:
             for raw in db.execute(sql, tuple(params)):
-                row = _row_to_dict(raw, self._known_dead)
+                row = row_to_dict(raw, self._known_dead)
                 if row["status"] in wanted:
                     rows.append(row)
                     if len(rows) >= limit:
@@ -376,12 +336,12 @@ class Ledger:
         pattern = run_id_digits(run_id_prefix) + "%"
         with self._connection() as db:
             rows = db.execute(
-                _SELECT.replace(" FROM runs", ", output_tail FROM runs")
+                SELECT.replace(" FROM runs", ", output_tail FROM runs")
                 + " WHERE REPLACE(run_id, '-', '') LIKE ? LIMIT 2", (pattern,)
             ).fetchall()
         if len(rows) > 1:
             raise LedgerError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
-        return (_row_to_dict(rows[0], self._known_dead), rows[0]["output_tail"]) if rows else None
+        return (row_to_dict(rows[0], self._known_dead), rows[0]["output_tail"]) if rows else None
 
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(name, status, count) of every finished run ever recorded, pruned ones included."""
@@ -414,7 +374,7 @@ class Ledger:
         return [dict(zip(row.keys(), row, strict=True)) for row in rows]
 
     def last_with_status(self, name: str, status: str) -> Row | None:
-        rows = self._query(_SELECT + " WHERE name = ? AND status = ? ORDER BY started_at DESC LIMIT 1", (name, status))
+        rows = self._query(SELECT + " WHERE name = ? AND status = ? ORDER BY started_at DESC LIMIT 1", (name, status))
         return rows[0] if rows else None
 
     def last_finished(self, name: str) -> Row | None:
@@ -423,7 +383,7 @@ class Ledger:
         if self._known_dead is not None:
             # The runs still "running" are the ones in progress now, and the dead: a few at most.
             recent = self._query(
-                _SELECT + f" WHERE name = ? AND (({FINISHED_RUN} AND {NOT_PAUSED}) OR status = ?)"
+                SELECT + f" WHERE name = ? AND (({FINISHED_RUN} AND {NOT_PAUSED}) OR status = ?)"
                 " ORDER BY started_at DESC LIMIT 20",
                 (name, Status.RUNNING),
             )
@@ -431,7 +391,7 @@ class Ledger:
                 if row["status"] != Status.RUNNING:
                     return row
         rows = self._query(
-            _SELECT + f" WHERE name = ? AND {FINISHED_RUN} AND {NOT_PAUSED}"
+            SELECT + f" WHERE name = ? AND {FINISHED_RUN} AND {NOT_PAUSED}"
             " ORDER BY started_at DESC LIMIT 1",
             (name,),
         )
@@ -443,7 +403,7 @@ class Ledger:
         if self._known_dead is None:
             return {}
         counts: dict[str, int] = {}
-        for row in self._query(_SELECT + " WHERE status = ?", (Status.RUNNING,)):
+        for row in self._query(SELECT + " WHERE status = ?", (Status.RUNNING,)):
             if row["status"] == Status.ABANDONED:
                 counts[row["name"]] = counts.get(row["name"], 0) + 1
         return counts

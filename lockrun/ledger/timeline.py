@@ -246,47 +246,21 @@ class LedgerTimeline:
         host_filter = " AND host = :host" if host is not None else ""
         in_window = f"name = :name AND ended_at >= :since AND ended_at < :until{host_filter}"
         with self._connection() as db:
-            db.text_factory = bytes  # the joined strings as stored: decoded once, below
-            try:
-                count, joined_starts, joined_ends = db.execute(
-                    "SELECT count(*), group_concat(started_at), group_concat(ended_at) FROM runs"
-                    f" INDEXED BY runs_timeline WHERE {in_window} AND {_A_RUN}", params).fetchone()
-                by_status = db.execute(
-                    "SELECT typeof(status), status, count(*), group_concat(started_at), group_concat(ended_at)"
-                    f" FROM runs INDEXED BY runs_notable WHERE {in_window} AND {NOTABLE} AND status NOT IN {SKIPS}"
-                    " GROUP BY status", params).fetchall()
-            finally:
-                db.text_factory = str
+            count, joined_starts, joined_ends, by_status = _joined(db, in_window, params)
             cursor = plain_cursor(db)
             marks = rows(db, cursor, "SELECT started_at, ended_at, status FROM runs INDEXED BY runs_notable"
                                      f" WHERE {in_window} AND {NOTABLE} AND status IN {SKIPS}", params)
             tail = rows(db, cursor, _tail_sql(host_filter), params)
             unfinished = rows(db, cursor, open_sql(SPAN, host_filter), params)
             starts, ends = _split(joined_starts, count), _split(joined_ends, count)
-            others: dict[Any, tuple[list[str], list[str]]] = {}
-            for kind, status, status_count, status_starts, status_ends in by_status:
-                pair = _split(status_starts, status_count), _split(status_ends, status_count)
-                if kind != b"text" or pair[0] is None or pair[1] is None:  # a status that is a number, a blob
-                    return None
-                others[status.decode("utf-8", "replace")] = (pair[0], pair[1])
-            if starts is None or ends is None:
+            others = _others(by_status)
+            if others is None or starts is None or ends is None:
                 return None
             last = _last_status(starts, ends, others)
             marks = [mark for mark in marks if since <= mark[0] < until]
             edges = [*(mark[0] for mark in marks), *(mark[1] for mark in marks)]
-            durations: list[float] = []
-            for started, ended, status, duration in tail:
-                if status in NOT_A_RUN:
-                    if started >= since:
-                        marks.append((started, ended, status))
-                    continue
-                last = _append(starts, ends, others, started, ended, status)
-                if duration is not None:
-                    durations.append(duration)
-            for row in unfinished:
-                status = open_status(row, 4, self._known_dead)
-                last = _append(starts, ends, others, row[0], max(row[0], open_end) if status == Status.RUNNING
-                               else row[0], status)
+            last, durations = _add_tail(starts, ends, others, marks, tail, since, last)
+            last = _add_unfinished(starts, ends, others, unfinished, open_end, self._known_dead, last)
             figures = self._median_and_longest(db, in_window, params, count, durations)
         if figures is None:
             return None
@@ -295,8 +269,7 @@ class LedgerTimeline:
         # ones are checked at once, the few others (the skips, the runs after the window or not
         # ended) one by one.
         as_written = _as_written(joined_starts, count) and _as_written(joined_ends, count) and all(
-            isinstance(time, str) and len(time) == _WRITTEN and time.isascii()
-            for time in [*edges, *starts[count:], *ends[count:]])
+            map(_written, [*edges, *starts[count:], *ends[count:]]))
         return Columns(starts, ends, others, last, marks, *figures, as_written)
 
     def _median_and_longest(self, db: sqlite3.Connection, in_window: str, params: dict[str, Any], runs: int,
@@ -357,6 +330,68 @@ def _all_in_window(db: sqlite3.Connection, params: dict[str, Any]) -> bool:
                          f" AND {FINISHED_RUN} AND {NOT_PAUSED} LIMIT 1", params).fetchone()
     return (isinstance(first, str) and isinstance(last, str) and params["since"] <= first and last < params["until"]
             and unended is None)
+
+
+def _joined(db: sqlite3.Connection, in_window: str,
+            params: dict[str, Any]) -> tuple[int, bytes | None, bytes | None, list[SqlRow]]:
+    """The window's runs (skips aside): how many, their starts and their ends, each joined into
+    one string; and per status, the same of those that did not succeed (typeof(status) first)."""
+    db.text_factory = bytes  # the joined strings as stored: decoded once, by _split
+    try:
+        count, joined_starts, joined_ends = db.execute(
+            "SELECT count(*), group_concat(started_at), group_concat(ended_at) FROM runs"
+            f" INDEXED BY runs_timeline WHERE {in_window} AND {_A_RUN}", params).fetchone()
+        by_status = db.execute(
+            "SELECT typeof(status), status, count(*), group_concat(started_at), group_concat(ended_at)"
+            f" FROM runs INDEXED BY runs_notable WHERE {in_window} AND {NOTABLE} AND status NOT IN {SKIPS}"
+            " GROUP BY status", params).fetchall()
+    finally:
+        db.text_factory = str
+    return count, joined_starts, joined_ends, by_status
+
+
+def _others(by_status: list[SqlRow]) -> dict[Any, tuple[list[str], list[str]]] | None:
+    """The runs that did not succeed, per status, split; None for a status that is a number or a
+    blob, or a value that held a comma."""
+    others: dict[Any, tuple[list[str], list[str]]] = {}
+    for kind, status, status_count, status_starts, status_ends in by_status:
+        pair = _split(status_starts, status_count), _split(status_ends, status_count)
+        if kind != b"text" or pair[0] is None or pair[1] is None:
+            return None
+        others[status.decode("utf-8", "replace")] = (pair[0], pair[1])
+    return others
+
+
+def _add_tail(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]],
+              marks: list[SqlRow], tail: list[SqlRow], since: str, last: Any) -> tuple[Any, list[float]]:
+    """The runs that end after the window, after the others (and their skips to ``marks``): the
+    status of the last run, and their durations."""
+    durations: list[float] = []
+    for started, ended, status, duration in tail:
+        if status in NOT_A_RUN:
+            if started >= since:
+                marks.append((started, ended, status))
+            continue
+        last = _append(starts, ends, others, started, ended, status)
+        if duration is not None:
+            durations.append(duration)
+    return last, durations
+
+
+def _add_unfinished(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]],
+                    unfinished: list[SqlRow], open_end: str, known_dead: KnownDead | None, last: Any) -> Any:
+    """The runs without an end, after the others, drawn to ``open_end`` while running: the status
+    of the last run."""
+    for row in unfinished:
+        status = open_status(row, 4, known_dead)
+        last = _append(starts, ends, others, row[0], max(row[0], open_end) if status == Status.RUNNING else row[0],
+                       status)
+    return last
+
+
+def _written(time: object) -> bool:
+    """A time as lockrun writes it (clock.ISO_FORMAT: 27 ASCII characters)."""
+    return isinstance(time, str) and len(time) == _WRITTEN and time.isascii()
 
 
 def _tail_sql(host_filter: str) -> str:

@@ -130,48 +130,62 @@ def status_table(
     if unreachable:
         console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
     if not locks:
-        if unreachable:
-            console.print("the ledger knows of no run in progress")
-        else:
-            console.print("lockrun knows of no name yet" if every_name else "no locks are held")
+        console.print("the ledger knows of no run in progress" if unreachable
+                      else "lockrun knows of no name yet" if every_name else "no locks are held")
         return
     columns = ["NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN"]
     table = _table(*columns, *(["NEXT DUE"] if every_name else []))
     for lock in locks:
-        last = lock.get("last_run")
-        if last:
-            ago = human_duration(age_s(last["ended_at"] or last["started_at"]))
-            status, command = _exit_parts(last)
-            how = f"{status}, {command}" if command else status
-            last_text = f"{last['status']} ({how}) on {last['host'] or '?'}, {ago} ago"
-        else:
-            last_text = "-"
-        heartbeat = lock["heartbeat_age_s"]
-        overdue = lock.get("overdue_s")
-        state = _state_text(lock) + (", paused" if lock.get("paused") else "")
-        state += f", overdue {overdue_text(overdue)}" if overdue is not None else ""
-        table.add_row(
-            _styled(lock["name"], None),
-            _styled(state, "red" if overdue is not None else STATE_STYLES.get(lock["state"])),
-            _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
-            # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
-            human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
-            human_duration(lock["ttl_remaining_s"]),
-            f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
-            _styled(_command(lock["command"]), None),
-            _styled(last_text, STATUS_STYLES.get(last["status"]) if last else None),
-            *([_due_text(lock)] if every_name else []),
-        )
+        table.add_row(*_status_cells(lock), *([_due_text(lock)] if every_name else []))
     console.print(table)
-    for lock in locks:
-        if lock.get("problem"):  # data lockrun did not write: say what, under the table
-            console.print(_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"]))
+    for line in _status_lines(locks, notes):
+        console.print(line)
+
+
+def _status_cells(lock: LockEntry) -> list[str]:
+    """One lock's row of ``status``, NEXT DUE aside."""
+    heartbeat = lock["heartbeat_age_s"]
+    last = lock.get("last_run")
+    return [
+        _styled(lock["name"], None),
+        _state_cell(lock),
+        _styled(f"{lock['host']}:{lock['pid'] if lock['pid'] is not None else '?'}" if lock["host"] else "-", None),
+        # by the clock the heartbeat's age is on (a Redis server's TIME), else this host's
+        human_duration(age_s(lock["started_at"], reading_clock(lock["heartbeat_at"], heartbeat))),
+        human_duration(lock["ttl_remaining_s"]),
+        f"{human_duration(heartbeat)} ago" if heartbeat is not None else "-",
+        _styled(_command(lock["command"]), None),
+        _styled(_last_run_text(last), STATUS_STYLES.get(last["status"]) if last else None),
+    ]
+
+
+def _state_cell(lock: LockEntry) -> str:
+    """``held, paused, overdue 3.2h``: red when overdue, else the state's colour."""
+    overdue = lock.get("overdue_s")
+    state = _state_text(lock) + (", paused" if lock.get("paused") else "")
+    state += f", overdue {overdue_text(overdue)}" if overdue is not None else ""
+    return _styled(state, "red" if overdue is not None else STATE_STYLES.get(lock["state"]))
+
+
+def _last_run_text(last: Row | None) -> str:
+    """``failed (1) on app-2, 3.0h ago``, or ``-``."""
+    if not last:
+        return "-"
+    ago = human_duration(age_s(last["ended_at"] or last["started_at"]))
+    status, command = _exit_parts(last)
+    how = f"{status}, {command}" if command else status
+    return f"{last['status']} ({how}) on {last['host'] or '?'}, {ago} ago"
+
+
+def _status_lines(locks: list[LockEntry], notes: Sequence[str]) -> list[str]:
+    """What goes under the table: malformed records, pauses, notes about holders."""
+    lines = [_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"])
+             for lock in locks if lock.get("problem")]  # data lockrun did not write: say what
     for name, pause in {lock["name"]: lock.get("paused") for lock in locks}.items():
         if pause:  # once per name, whatever its holders (--slots)
-            console.print(_styled(f"{name}: {_pause_text(pause)}", STATE_STYLES["malformed"] if pause.get("problem")
-                                  else None))
-    for note in notes:  # about a holder: where its pid means something
-        console.print(_styled(note, None))
+            lines.append(_styled(f"{name}: {_pause_text(pause)}", STATE_STYLES["malformed"] if pause.get("problem")
+                                 else None))
+    return lines + [_styled(note, None) for note in notes]  # about a holder: where its pid means something
 
 
 def _due_text(lock: LockEntry) -> str:

@@ -54,10 +54,49 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
     Runs too close together to tell apart at this resolution (a short run is drawn 3 px wide;
     say a minute-by-minute job over a week) share one <rect class="runs"> whose tooltip counts them.
     """
-    label_px = min(max([len(label) for label in labels] + [8]) * _CHAR, 300)
-    chart_x = _MARGIN + label_px + 12
-    figures_x = chart_x + _CHART_PX + 16
-    width = figures_x + len(FIGURES_HEAD) * _CHAR + _MARGIN
+    page = _Page.of(labels)
+    body, chart_bottom = _svg_lanes(charts, window, page, details)
+    legend, legend_height = _svg_legend(page.chart_x, chart_bottom + 24)
+    page_height = chart_bottom + 24 + legend_height + _MARGIN
+    since_local, until_local = window.since.astimezone(), window.until.astimezone()
+    title = (f"lockrun timeline \u00b7 {since_local:%Y-%m-%d %H:%M} to {until_local:%Y-%m-%d %H:%M} "
+             f"{since_local.strftime('%Z') or since_local.strftime('%z')}")
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{page.width:.0f}" height="{page_height:.0f}" '
+        f'viewBox="0 0 {page.width:.0f} {page_height:.0f}" font-family="{_FONT}" font-size="12">',
+        f'<style>.name{{fill:{_TEXT}}} .muted{{fill:{_MUTED}}} .title{{fill:{_TEXT};font-size:15px;font-weight:bold}} '
+        f'.fig{{fill:{_TEXT}}} rect.run:hover,rect.runs:hover{{stroke:{_TEXT};stroke-width:1}}</style>',
+        '<rect width="100%" height="100%" fill="#ffffff"/>',
+        f'<text x="{_MARGIN}" y="26" class="title">{escape(title)}</text>',
+    ]
+    if subtitle:
+        parts.append(f'<text x="{_MARGIN}" y="44" class="muted">{escape(subtitle)}</text>')
+    parts += _svg_grid(window, page, chart_bottom) + body
+    parts.append(f'<rect x="{page.chart_x}" y="{_TOP - 6}" width="{_CHART_PX}" height="{chart_bottom - _TOP + 6}" '
+                 f'fill="none" stroke="{_GRID}"/>')
+    parts += legend + ["</svg>"]
+    return "\n".join(parts) + "\n"
+
+
+class _Page(NamedTuple):
+    """Where the columns go across the page (px): the names, the chart, the figures."""
+
+    label_px: float
+    chart_x: float
+    figures_x: float
+    width: float
+
+    @classmethod
+    def of(cls, labels: list[str]) -> _Page:
+        label_px = min(max([len(label) for label in labels] + [8]) * _CHAR, 300)
+        chart_x = _MARGIN + label_px + 12
+        figures_x = chart_x + _CHART_PX + 16
+        return cls(label_px, chart_x, figures_x, figures_x + len(FIGURES_HEAD) * _CHAR + _MARGIN)
+
+
+def _x_of(window: tl.Window) -> XOf:
+    """A time's x in the chart (px), held to the chart; 0 for a time that cannot be read."""
     since_s = window.since.timestamp()
     scale = _CHART_PX / window.seconds
     days: dict[str, int | None] = {}
@@ -68,61 +107,57 @@ def svg(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, su
             return 0.0
         return min(max((seconds - since_s) * scale, 0.0), _CHART_PX)
 
-    pixels = window.boundaries(_CHART_PX)
+    return x_of
 
+
+def _svg_lanes(charts: Iterable[tl.LaneChart], window: tl.Window, page: _Page,
+               details: tl.RunDetails | None) -> tuple[list[str], float]:
+    """Every lane, banded every other one, and where the chart ends (y)."""
+    x_of = _x_of(window)
+    pixels = window.boundaries(_CHART_PX)
     body: list[str] = []
-    y = _TOP
+    y: float = _TOP
     for row, chart in enumerate(charts):
-        label = tl.label(chart.name, chart.host)
         tracks: list[tl.Track | None] = [*chart.tracks] or [None]
         height = len(tracks) * _PITCH + 6
         if row % 2 == 0:
-            body.append(f'<rect x="{_MARGIN / 2}" y="{y}" width="{width - _MARGIN}" height="{height}" fill="{_BAND}"/>')
-        body.append(f'<text x="{_MARGIN}" y="{y + 16}" class="name">{escape(fit(label, int(label_px / _CHAR), True))}'
-                    f'</text>')
-        body.append(_svg_figures(chart.figures, figures_x, y + 16))
+            body.append(f'<rect x="{_MARGIN / 2}" y="{y}" width="{page.width - _MARGIN}" height="{height}"'
+                        f' fill="{_BAND}"/>')
+        label = fit(tl.label(chart.name, chart.host), int(page.label_px / _CHAR), True)
+        body.append(f'<text x="{_MARGIN}" y="{y + 16}" class="name">{escape(label)}</text>')
+        body.append(_svg_figures(chart.figures, page.figures_x, y + 16))
         for index, track in enumerate(tracks):
-            top = y + 4 + index * _PITCH
-            if index:
-                body.append(f'<text x="{_MARGIN + 12}" y="{top + 11}" class="muted">overlap</text>')
-            if track is not None and track.details is not None:
-                body.extend(_svg_runs(chart, track, track.details, top, chart_x, x_of, window))
-            elif track is not None:
-                body.extend(_svg_stretches(chart, stretches(track, pixels), top, chart_x, x_of, details))
-        body.extend(_svg_marks(chart, y + 4 + _BAR_H + 1, chart_x, x_of))
-        body.extend(_svg_missed(chart, y + 4, chart_x, x_of))
+            body.extend(_svg_track(chart, track, index, y + 4 + index * _PITCH, page.chart_x, x_of, window, pixels,
+                                   details))
+        body.extend(_svg_marks(chart, y + 4 + _BAR_H + 1, page.chart_x, x_of))
+        body.extend(_svg_missed(chart, y + 4, page.chart_x, x_of))
         y += height
     if y == _TOP:
-        body.append(f'<text x="{chart_x + 12}" y="{_TOP + 20}" class="muted">no runs in this window</text>')
+        body.append(f'<text x="{page.chart_x + 12}" y="{_TOP + 20}" class="muted">no runs in this window</text>')
         y += 32
-    chart_bottom = y
+    return body, y
+
+
+def _svg_track(chart: tl.LaneChart, track: tl.Track | None, index: int, top: float, chart_x: float, x_of: XOf,
+               window: tl.Window, pixels: list[str], details: tl.RunDetails | None) -> list[str]:
+    """One sub-row of a lane: run by run when its runs came with their details, else by stretches."""
+    drawn = [f'<text x="{_MARGIN + 12}" y="{top + 11}" class="muted">overlap</text>'] if index else []
+    if track is not None and track.details is not None:
+        drawn += _svg_runs(chart, track, track.details, top, chart_x, x_of, window)
+    elif track is not None:
+        drawn += _svg_stretches(chart, stretches(track, pixels), top, chart_x, x_of, details)
+    return drawn
+
+
+def _svg_grid(window: tl.Window, page: _Page, chart_bottom: float) -> list[str]:
+    """The ticks' lines and times, and the figures' heading."""
     grid = []
     for column, text in ticks(window, 120):
-        x = chart_x + column / 120 * _CHART_PX
+        x = page.chart_x + column / 120 * _CHART_PX
         grid.append(f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{chart_bottom}" stroke="{_GRID}"/>')
         grid.append(f'<text x="{x + 3:.1f}" y="{_TOP - 10}" class="muted">{escape(text)}</text>')
-    head = (f'<text x="{figures_x}" y="{_TOP - 10}" class="muted" xml:space="preserve">'
-            f'{escape(FIGURES_HEAD.rstrip())}</text>')
-    frame = (f'<rect x="{chart_x}" y="{_TOP - 6}" width="{_CHART_PX}" height="{chart_bottom - _TOP + 6}" '
-             f'fill="none" stroke="{_GRID}"/>')
-    legend, legend_height = _svg_legend(chart_x, chart_bottom + 24)
-    page_height = chart_bottom + 24 + legend_height + _MARGIN
-    since_local, until_local = window.since.astimezone(), window.until.astimezone()
-    title = (f"lockrun timeline \u00b7 {since_local:%Y-%m-%d %H:%M} to {until_local:%Y-%m-%d %H:%M} "
-             f"{since_local.strftime('%Z') or since_local.strftime('%z')}")
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{page_height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {page_height:.0f}" font-family="{_FONT}" font-size="12">',
-        f'<style>.name{{fill:{_TEXT}}} .muted{{fill:{_MUTED}}} .title{{fill:{_TEXT};font-size:15px;font-weight:bold}} '
-        f'.fig{{fill:{_TEXT}}} rect.run:hover,rect.runs:hover{{stroke:{_TEXT};stroke-width:1}}</style>',
-        '<rect width="100%" height="100%" fill="#ffffff"/>',
-        f'<text x="{_MARGIN}" y="26" class="title">{escape(title)}</text>',
-    ]
-    if subtitle:
-        parts.append(f'<text x="{_MARGIN}" y="44" class="muted">{escape(subtitle)}</text>')
-    parts += grid + [head] + body + [frame] + legend + ["</svg>"]
-    return "\n".join(parts) + "\n"
+    return grid + [f'<text x="{page.figures_x}" y="{_TOP - 10}" class="muted" xml:space="preserve">'
+                   f'{escape(FIGURES_HEAD.rstrip())}</text>']
 
 
 def _svg_runs(chart: tl.LaneChart, track: tl.Track, runs: list[tl.Span], top: float, chart_x: float, x_of: XOf,

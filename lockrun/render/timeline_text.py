@@ -53,45 +53,65 @@ def text_lines(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Win
     ``labels`` (every lane's, from ``timeline.label``) size the name column before the first
     chart arrives: ``charts`` may be a stream, one lane's runs in memory at a time.
     """
+    label_width, chart_width = _widths(labels, width)
+    bounds = window.boundaries(chart_width)
+    lines = _head(window, label_width, chart_width, colour)
+    any_missed = False
+    for chart in charts:
+        any_missed = any_missed or bool(chart.missed)
+        lines.extend(_lane_lines(chart, bounds, label_width, chart_width, colour))
+    lines.append([("", None)])
+    lines.extend(_legend(colour, width, any_missed))
+    return lines
+
+
+def _widths(labels: list[str], width: int) -> tuple[int, int]:
+    """The name column's width and the chart's, in characters: the name column at most a quarter,
+    less when the chart would be narrower than MIN_CHART."""
     narrowest = len(OVERLAP_LABEL)
     label_width = max(narrowest, min(max([len(label) for label in labels] + [0]), width // 4))
     chart_width = width - label_width - 3 - 1 - len(FIGURES_HEAD)
     if chart_width < MIN_CHART:
         label_width = max(narrowest, label_width - (MIN_CHART - chart_width))
         chart_width = max(MIN_CHART, width - label_width - 3 - 1 - len(FIGURES_HEAD))
-    bounds = window.boundaries(chart_width)
-    gutter = " " * (label_width + 1)
+    return label_width, chart_width
 
-    lines: list[list[Segment]] = [[(_title(window, chart_width), "bold" if colour else None)]]
+
+def _head(window: tl.Window, label_width: int, chart_width: int, colour: bool) -> list[list[Segment]]:
+    """The title, the axis with its ticks and the figures' heading, and the ruler."""
+    gutter = " " * (label_width + 1)
     axis = [" "] * chart_width
     ruler = ["-"] * chart_width
     for column, text in ticks(window, chart_width):
         axis[column:column + len(text)] = text
         ruler[column] = "+"
-    lines.append([(gutter + " " + "".join(axis) + "  " + FIGURES_HEAD.rstrip(), "dim" if colour else None)])
-    lines.append([(gutter + "+" + "".join(ruler) + "+", "dim" if colour else None)])
-    any_missed = False
-    for chart in charts:
-        label = tl.label(chart.name, chart.host)
-        marks = tl.mark_cells(chart.marks, bounds)
-        missed = tl.missed_cells(chart.missed, bounds) if chart.missed else None
-        any_missed = any_missed or missed is not None
-        tracks: list[tl.Track | None] = [*chart.tracks] or [None]
-        for index, track in enumerate(tracks):
-            cells: list[str | None] = tl.cells(track, bounds) if track is not None else [None] * chart_width
-            line: list[Segment] = []
-            if index == 0:
-                line.append((fit(label, label_width, colour).ljust(label_width) + " |", None))
-            else:
-                line.append((OVERLAP_LABEL.ljust(label_width), "dim" if colour else None))
-                line.append((" |", None))
-            line.extend(_cell_segments(cells, marks if index == 0 else None, colour, missed if index == 0 else None))
+    dim = "dim" if colour else None
+    return [[(_title(window, chart_width), "bold" if colour else None)],
+            [(gutter + " " + "".join(axis) + "  " + FIGURES_HEAD.rstrip(), dim)],
+            [(gutter + "+" + "".join(ruler) + "+", dim)]]
+
+
+def _lane_lines(chart: tl.LaneChart, bounds: list[str], label_width: int, chart_width: int,
+                colour: bool) -> list[list[Segment]]:
+    """One line per track of a lane: the first with the lane's name, its skips, its missed starts
+    and its figures, the others (overlapping runs) marked as such."""
+    marks = tl.mark_cells(chart.marks, bounds)
+    missed = tl.missed_cells(chart.missed, bounds) if chart.missed else None
+    tracks: list[tl.Track | None] = [*chart.tracks] or [None]
+    lines = []
+    for index, track in enumerate(tracks):
+        cells: list[str | None] = tl.cells(track, bounds) if track is not None else [None] * chart_width
+        if index == 0:
+            line: list[Segment] = [(fit(tl.label(chart.name, chart.host), label_width, colour).ljust(label_width)
+                                    + " |", None)]
+            line.extend(_cell_segments(cells, marks, colour, missed))
             line.append(("|", None))
-            if index == 0:
-                line.extend(_figures(chart.figures, colour))
-            lines.append(line)
-    lines.append([("", None)])
-    lines.extend(_legend(colour, width, any_missed))
+            line.extend(_figures(chart.figures, colour))
+        else:
+            line = [(OVERLAP_LABEL.ljust(label_width), "dim" if colour else None), (" |", None)]
+            line.extend(_cell_segments(cells, None, colour, None))
+            line.append(("|", None))
+        lines.append(line)
     return lines
 
 

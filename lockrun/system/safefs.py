@@ -203,30 +203,7 @@ def private_dir(path: Path | str, what: str, create: bool = True, parent_checked
     path = Path(path)
     if not parent_checked:
         check_ancestors(path, what)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        target = _missing_target(path)
-        if target is not None:
-            raise UnsafePath(f"{what} {path} is a symbolic link to {target}, which does not exist") from None
-        if not create:
-            raise UnsafePath(f"{what} {path} does not exist") from None
-        try:
-            _make_dirs(path)
-        except OSError as exc:
-            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-            if blocker is not None:
-                raise UnsafePath(f"cannot create {what} {path}: {blocker} is a file, not a directory") from None
-            raise UnsafePath(f"cannot create {what} {path}: {exc.strerror or exc}") from None
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            raise UnsafePath(f"cannot use {what} {path}: {exc.strerror or exc}") from None
-    except NotADirectoryError:
-        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-        raise UnsafePath(f"cannot use {what} {path}: {blocker} is a file, not a directory") from None
-    except OSError as exc:
-        raise UnsafePath(f"cannot use {what} {path}: {exc.strerror or exc}") from None
+    st = _stat_or_create(path, what, create)
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{what} {path} is {_kind(st.st_mode)}, not a directory")
     check_owner_and_mode(path, st, what)
@@ -236,6 +213,46 @@ def private_dir(path: Path | str, what: str, create: bool = True, parent_checked
         raise UnsafePath(f"{what} {path} is not writable by uid {os.geteuid()}")
     _SAFE_DIRECTORIES.add(_absolute(path).rstrip("/") or "/")  # with all above it
     return path
+
+
+def _stat_or_create(path: Path, what: str, create: bool) -> os.stat_result:
+    """What ``path`` is (links followed); when it is missing, created first if ``create``."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:
+        raise UnsafePath(f"cannot use {what} {path}: {_file_above(path) or path.parent} is a file, not a"
+                         " directory") from None
+    except OSError as exc:
+        raise UnsafePath(f"cannot use {what} {path}: {exc.strerror or exc}") from None
+    return _create(path, what, create)
+
+
+def _create(path: Path, what: str, create: bool) -> os.stat_result:
+    """A missing ``path`` created (0700, with what is missing above it), unless a dangling link
+    stands there or the caller only reads."""
+    target = _missing_target(path)
+    if target is not None:
+        raise UnsafePath(f"{what} {path} is a symbolic link to {target}, which does not exist")
+    if not create:
+        raise UnsafePath(f"{what} {path} does not exist")
+    try:
+        _make_dirs(path)
+    except OSError as exc:
+        blocker = _file_above(path)
+        if blocker is not None:
+            raise UnsafePath(f"cannot create {what} {path}: {blocker} is a file, not a directory") from None
+        raise UnsafePath(f"cannot create {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise UnsafePath(f"cannot use {what} {path}: {exc.strerror or exc}") from None
+
+
+def _file_above(path: Path) -> Path | None:
+    """The first directory above ``path`` that is something else (a file in the way), if any."""
+    return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
 
 
 def _read_only_fs(path: Path) -> bool:

@@ -138,19 +138,26 @@ def check_report(resolved: Settings, names: list[str] | None, max_age_s: float |
 def last_successes(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, tuple[str, str | None]]:
     """Each name's last success: (when it ended, on which host if known), the newer of the fleet
     record's and this host's ledger's."""
-    found: dict[str, tuple[str, str | None]] = {}
-    record = backend.fleet_record()
-    if record is not None and names:
-        for name, (_row, success_at) in record.lasts(names).items():
-            text = text_of(success_at) if success_at is not None else ""
-            if parse_iso(text) is not None:
-                found[name] = (text, None)
+    found = _fleet_successes(backend, names)
     if ledger is not None:
         for name in names:
-            row = ledger.last_with_status(name, Status.SUCCEEDED)
-            when = (row or {}).get("ended_at") or (row or {}).get("started_at")
+            row = ledger.last_with_status(name, Status.SUCCEEDED) or {}
+            when = row.get("ended_at") or row.get("started_at")
             if isinstance(when, str) and parse_iso(when) is not None and when >= found.get(name, ("", None))[0]:
-                found[name] = (when, row.get("host") if row else None)
+                found[name] = (when, row.get("host"))
+    return found
+
+
+def _fleet_successes(backend: Backend, names: list[str]) -> dict[str, tuple[str, str | None]]:
+    """The fleet record's last success of each name (no host: the record's is not this host's word)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    record = backend.fleet_record()
+    if record is None or not names:
+        return found
+    for name, (_row, success_at) in record.lasts(names).items():
+        text = text_of(success_at) if success_at is not None else ""
+        if parse_iso(text) is not None:
+            found[name] = (text, None)
     return found
 
 
@@ -171,23 +178,35 @@ def judge_all(entries: list[LockEntry], successes: dict[str, tuple[str, str | No
 
 def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | None] | None,
                max_age_s: float | None, now: datetime, named: bool) -> NameCheck:
-    """One name's state and why."""
+    """One name's state and why: CRITICAL when any critical reason holds, else WARNING when a
+    warning does (each reason named, the critical ones first)."""
     success_at, success_host = success if success else (None, None)
     age = age_s(success_at, now) if success_at else None
     first = entries[0] if entries else None
-    if first is None or not any((first["last_run"], first["cadence"], first["paused"],
-                                 any(entry["state"] != "free" for entry in entries))):
+    if first is None or not _known(first, entries):
         reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else NO_RECORD
         return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
-    cadence = first["cadence"]
-    critical_age = _critical_age(cadence, max_age_s)
-    since = _since(age, success_host)
     pause = first["paused"]
     if pause and not pause.get("problem"):  # OK at any age: no threshold a perfdata reader would see it past
         return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, None, success_at,
                          tuple(entries))
-    critical: list[str] = []
-    warning: list[str] = []
+    critical = _critical_reasons(name, first, _since(age, success_host), age, max_age_s, now)
+    warning = _warning_reasons(name, entries, pause)
+    state = CRITICAL if critical else WARNING if warning else OK
+    return NameCheck(name, state, tuple(critical + warning), age, _critical_age(first["cadence"], max_age_s),
+                     success_at, tuple(entries))
+
+
+def _known(first: LockEntry, entries: list[LockEntry]) -> bool:
+    """lockrun knows something of the name: a run, a declaration, a pause or a lock that is not free."""
+    return any((first["last_run"], first["cadence"], first["paused"],
+                any(entry["state"] != "free" for entry in entries)))
+
+
+def _critical_reasons(name: str, first: LockEntry, since: str, age: float | None, max_age_s: float | None,
+                      now: datetime) -> list[str]:
+    """Overdue, the last run failed, or (no cadence declared) older than --max-age."""
+    critical = []
     if first["overdue_s"] is not None:
         critical.append(f"{name} overdue {overdue_text(first['overdue_s'])} ({since})")
     last = first["last_run"]
@@ -195,23 +214,27 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
         ago = age_s(last.get("ended_at") or last.get("started_at"), now)
         when = f" {human_duration(ago)} ago" if ago is not None else ""
         critical.append(f"{name} last run {last['status']} on {last.get('host') or '?'}{when} ({since})")
-    if cadence is None and max_age_s is not None and (age is None or age > max_age_s):
+    if first["cadence"] is None and max_age_s is not None and (age is None or age > max_age_s):
         critical.append(f"{name} {since}, more than --max-age {human_duration(max_age_s)}")
-    for entry in entries:
-        if entry["state"] in ("zombie", "malformed"):
-            holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
-            what = f": {entry['problem']}" if entry["problem"] else ""
-            warning.append(f"{name} lock is {entry['state']} (held by {holder}{what})")
-        elif entry["state"] == "slow":  # --warn-after found this host's run slow (views/status.py)
-            holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
-            warning.append(f"{name} is slow: still running past its --warn-after (held by {holder})")
+    return critical
+
+
+def _warning_reasons(name: str, entries: list[LockEntry], pause: dict[str, str | None] | None) -> list[str]:
+    """A zombie, malformed or slow lock; a malformed pause."""
+    warning = [reason for entry in entries if (reason := _lock_warning(name, entry)) is not None]
     if pause and pause.get("problem"):
         warning.append(f"{name} has a malformed pause, not honoured ({pause['problem']})")
-    if critical:
-        return NameCheck(name, CRITICAL, tuple(critical + warning), age, critical_age, success_at, tuple(entries))
-    if warning:
-        return NameCheck(name, WARNING, tuple(warning), age, critical_age, success_at, tuple(entries))
-    return NameCheck(name, OK, (), age, critical_age, success_at, tuple(entries))
+    return warning
+
+
+def _lock_warning(name: str, entry: LockEntry) -> str | None:
+    holder = f"{entry['host'] or '?'}:{entry['pid'] if entry['pid'] is not None else '?'}"
+    if entry["state"] in ("zombie", "malformed"):
+        what = f": {entry['problem']}" if entry["problem"] else ""
+        return f"{name} lock is {entry['state']} (held by {holder}{what})"
+    if entry["state"] == "slow":  # --warn-after found this host's run slow (views/status.py)
+        return f"{name} is slow: still running past its --warn-after (held by {holder})"
+    return None
 
 
 def _since(age: float | None, host: str | None) -> str:
@@ -230,22 +253,28 @@ def _critical_age(cadence: dict[str, Any] | None, max_age_s: float | None) -> fl
 
 def first_line(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
     """``LOCKRUN CRITICAL - nightly overdue 3h12m (...)``, naming the worst names first."""
-    worst = [check for check in checks if check.state == state and check.reasons and state != OK]
-    if worst:
-        shown = [check.reasons[0] for check in worst[:FIRST_LINE_NAMES]]
-        more = len(worst) - len(shown)
-        text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-    elif state == WARNING and evicting:
-        text = evicting[0]
-    else:
-        paused = [check.reasons[0] for check in checks if check.reasons and check.state == OK and "paused" in
-                  check.reasons[0]]
-        text = f"{len(checks)} name{'s' if len(checks) != 1 else ''} checked"
-        if paused:
-            text = "; ".join([*paused[:FIRST_LINE_NAMES], text])
-    line = f"LOCKRUN {STATE_NAMES[state]} - {plugin_text(text)}"
+    line = f"LOCKRUN {STATE_NAMES[state]} - {plugin_text(_summary(state, checks, evicting))}"
     data = perfdata(checks)
     return f"{line} | {data}" if data else line
+
+
+def _summary(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
+    """The first reasons of the worst names; else the eviction warning; else how many names were
+    checked, after the pauses."""
+    worst = [check.reasons[0] for check in checks if check.state == state and check.reasons and state != OK]
+    if worst:
+        more = len(worst) - FIRST_LINE_NAMES
+        return "; ".join(worst[:FIRST_LINE_NAMES]) + (f"; and {more} more" if more > 0 else "")
+    if state == WARNING and evicting:
+        return evicting[0]
+    return _quiet_summary(checks)
+
+
+def _quiet_summary(checks: list[NameCheck]) -> str:
+    paused = [check.reasons[0] for check in checks if check.reasons and check.state == OK and "paused" in
+              check.reasons[0]]
+    text = f"{len(checks)} name{'s' if len(checks) != 1 else ''} checked"
+    return "; ".join([*paused[:FIRST_LINE_NAMES], text]) if paused else text
 
 
 def _label(name: str) -> str:

@@ -18,6 +18,7 @@ from lockrun.backends.audit import BackendAudit, ServerFacts
 from lockrun.config import options
 from lockrun.core.errors import BackendUnavailable, LockrunError
 from lockrun.views import doctor_server as judge
+from lockrun.views.doctor_acl import acl
 from lockrun.views.doctor_check import FAIL, OK, SEVERITY, Check, seconds_text
 from lockrun.views.doctor_host import directory_check
 from lockrun.views.doctor_topology import probe_check, topology_check
@@ -71,7 +72,7 @@ def _server_checks(facts: ServerFacts, context: judge.Context, settings: Setting
         return [judge.reachable(facts, context), judge.server(facts, context)]
     found = [judge.reachable(facts, context), judge.server(facts, context), judge.eviction(facts, context),
              judge.persistence(facts), judge.appendfsync(facts), judge.role(facts), judge.replicas(facts, context),
-             judge.clock(facts, context), judge.commands(facts), judge.acl(facts.acl, settings.prefix)]
+             judge.clock(facts, context), judge.commands(facts), acl(facts.acl, settings.prefix)]
     checks = [check for check in found if check is not None]
     if several:  # every master of a Cluster: say which one each line is about
         checks = [check._replace(detail=f"{facts.where}: {check.detail}") for check in checks]

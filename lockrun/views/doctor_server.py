@@ -10,7 +10,8 @@ import re
 import statistics
 from typing import NamedTuple
 
-from lockrun.backends.audit import AclFacts, AclTrial, InfoSection, ServerFacts, Unread
+from lockrun.backends.audit import InfoSection, ServerFacts, Unread
+from lockrun.views.doctor_acl import not_found
 from lockrun.views.doctor_check import FAIL, OK, WARN, Check, duration_text, said, seconds_text, unread_text
 
 #: How far this host's clock may be from the server's before doctor says so: lockrun's leases and
@@ -137,24 +138,9 @@ def server(facts: ServerFacts, context: Context) -> Check:
 
 def eviction(facts: ServerFacts, context: Context) -> Check:
     memory = facts.info.get("memory", Unread("not asked"))
-    limit = _int(_field(memory, "maxmemory"))
-    policy = _field(memory, "maxmemory_policy")
-    source = "INFO memory"
+    limit, policy, source = _memory_limit(facts, memory)
     if limit is None or policy is None:
-        limit = _int(facts.config.get("maxmemory"))
-        found = facts.config.get("maxmemory-policy")
-        policy = found if isinstance(found, str) else None
-        source = "CONFIG GET"
-    if limit is None or policy is None:
-        why = memory.why if isinstance(memory, Unread) else "no maxmemory_policy in it"
-        config = facts.config.get("maxmemory-policy")
-        words = unread_text("maxmemory and maxmemory-policy", Unread(
-            f"INFO memory: {why}; CONFIG GET: {config.why if isinstance(config, Unread) else 'no answer'}"))
-        if context.allow_eviction:
-            return Check("eviction", WARN, f"{words}; runs go on (allow_eviction = true)",
-                         "let lockrun's user run INFO (ACL SETUSER USER +info)")
-        return Check("eviction", FAIL, f"{words}: every run reads INFO memory first and refuses a server that does not"
-                                       " say (exit 69)", "let lockrun's user run INFO (ACL SETUSER USER +info)")
+        return _eviction_unread(facts, memory, context.allow_eviction)
     if limit > 0 and policy != "noeviction":
         anyway = ("; runs go on anyway (allow_eviction = true)" if context.allow_eviction
                   else "; runs refuse it (exit 69)")
@@ -172,6 +158,28 @@ def eviction(facts: ServerFacts, context: Context) -> Check:
                      "raise maxmemory (CONFIG SET maxmemory …, and in redis.conf) or free memory")
     return Check("eviction", OK, f"maxmemory {_human_bytes(limit)} with maxmemory-policy noeviction{share}: keys are"
                                  " never evicted")
+
+
+def _memory_limit(facts: ServerFacts, memory: InfoSection) -> tuple[int | None, str | None, str]:
+    """maxmemory and maxmemory-policy, and where they were read: INFO memory, else CONFIG GET."""
+    limit = _int(_field(memory, "maxmemory"))
+    policy = _field(memory, "maxmemory_policy")
+    if limit is not None and policy is not None:
+        return limit, policy, "INFO memory"
+    found = facts.config.get("maxmemory-policy")
+    return _int(facts.config.get("maxmemory")), found if isinstance(found, str) else None, "CONFIG GET"
+
+
+def _eviction_unread(facts: ServerFacts, memory: InfoSection, allow_eviction: bool) -> Check:
+    why = memory.why if isinstance(memory, Unread) else "no maxmemory_policy in it"
+    config = facts.config.get("maxmemory-policy")
+    words = unread_text("maxmemory and maxmemory-policy", Unread(
+        f"INFO memory: {why}; CONFIG GET: {config.why if isinstance(config, Unread) else 'no answer'}"))
+    if allow_eviction:
+        return Check("eviction", WARN, f"{words}; runs go on (allow_eviction = true)",
+                     "let lockrun's user run INFO (ACL SETUSER USER +info)")
+    return Check("eviction", FAIL, f"{words}: every run reads INFO memory first and refuses a server that does not"
+                                   " say (exit 69)", "let lockrun's user run INFO (ACL SETUSER USER +info)")
 
 
 def _aof(facts: ServerFacts) -> bool | Unread:
@@ -237,18 +245,26 @@ def role(facts: ServerFacts) -> Check:
     if kind not in ("slave", "replica"):
         return Check("role", WARN, f"the server says it is a {said(kind, 20)}, neither a master nor a replica",
                      "point lockrun at a Redis master, or at the Sentinels that follow it (docs/redis.md)")
-    host, port = _field(replication, "master_host"), _field(replication, "master_port")
-    of = f"{host}:{port}" if host else (facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1
-                                        else "?")
-    read_only = _field(replication, "slave_read_only") or _field(replication, "replica_read_only")
-    configured = facts.config.get("replica-read-only")
-    writable = read_only == "0" or (read_only is None and configured == "no")
+    of = _master_of(facts, replication)
     fix = (f"point lockrun at the master ({of}), or at the Sentinels that follow it (redis+sentinel://…/SERVICE):"
            " docs/redis.md")
-    if writable:
+    if _writable_replica(facts, replication):
         return Check("role", FAIL, f"a writable replica of {of}: its locks are not the master's, other hosts do not see"
                                    " them, and the next resync erases them", fix)
     return Check("role", FAIL, f"a read-only replica of {of}: every acquire is refused (READONLY, exit 69)", fix)
+
+
+def _master_of(facts: ServerFacts, replication: InfoSection) -> str:
+    """A replica's master, ``host:port``, as INFO replication or ROLE names it; ``?`` when neither does."""
+    host, port = _field(replication, "master_host"), _field(replication, "master_port")
+    if host:
+        return f"{host}:{port}"
+    return facts.role[1] if not isinstance(facts.role, Unread) and len(facts.role) > 1 else "?"
+
+
+def _writable_replica(facts: ServerFacts, replication: InfoSection) -> bool:
+    read_only = _field(replication, "slave_read_only") or _field(replication, "replica_read_only")
+    return read_only == "0" or (read_only is None and facts.config.get("replica-read-only") == "no")
 
 
 def replicas(facts: ServerFacts, context: Context) -> Check | None:
@@ -256,43 +272,66 @@ def replicas(facts: ServerFacts, context: Context) -> Check | None:
     replication = facts.info.get("replication", Unread("not asked"))
     if (_field(replication, "role") or "master") != "master":
         return None
-    attached = _int(_field(replication, "connected_slaves"))
-    if attached is None and not isinstance(facts.role, Unread) and facts.role[:1] == ("master",):
-        attached = len(facts.role) - 1
-    wanted = context.replicas
+    attached = _attached(facts, replication)
     if attached is None:
         why = replication.why if isinstance(replication, Unread) else "no connected_slaves"
         words = unread_text("how many replicas are attached", Unread(f"INFO replication: {why}"))
         return Check("replicas", WARN, words, "let lockrun's user run INFO or ROLE")
     to_write = _int(facts.config.get("min-replicas-to-write"))
+    refused = _writes_refused(context.replicas, attached, to_write)
+    if refused is not None:
+        return refused
+    if attached == 0:
+        return Check("replicas", OK, "no replica attached: nothing to lose in a failover")
     # INFO shows min_slaves_good_slaves only while min-replicas-to-write (and -max-lag) are in effect.
     in_effect = (to_write or 0) > 0 if isinstance(replication, Unread) else "min_slaves_good_slaves" in replication
-    plural = "replica" if attached == 1 else "replicas"
+    waits = _waits(context.replicas, to_write, in_effect)
+    if waits:
+        return Check("replicas", OK, f"{_replicas_text(attached)} attached; {', '.join(waits)}")
+    return Check("replicas", WARN, f"{_replicas_text(attached)} attached, but neither min-replicas-to-write nor"
+                                   " lockrun's replicas setting: replication is asynchronous, and a failover can lose"
+                                   " a lease",
+                 "replicas = 1 in the config file (or --replicas 1 on every run; docs/redis.md \"Leases that survive a"
+                 " failover\"), or CONFIG SET min-replicas-to-write 1 (and in redis.conf)")
+
+
+def _attached(facts: ServerFacts, replication: InfoSection) -> int | None:
+    """How many replicas the master has: INFO replication, else ROLE; None when neither says."""
+    attached = _int(_field(replication, "connected_slaves"))
+    if attached is None and not isinstance(facts.role, Unread) and facts.role[:1] == ("master",):
+        attached = len(facts.role) - 1
+    return attached
+
+
+def _replicas_text(count: int) -> str:
+    return f"{count} {'replica' if count == 1 else 'replicas'}"
+
+
+def _writes_refused(wanted: int | str, attached: int, to_write: int | None) -> Check | None:
+    """The FAIL when the config file or the server asks for more replicas than are attached."""
     if wanted == "all" and attached == 0:
         return Check("replicas", FAIL, "replicas = \"all\" in the config file, but the master has no replica: every"
                                        " acquire fails (exit 69)",
                      "replicas = 0 in the config file, or attach replicas")
     if isinstance(wanted, int) and wanted > attached:
-        return Check("replicas", FAIL, f"replicas = {wanted} in the config file, but {attached} {plural} attached:"
-                                       " every acquire fails (exit 69)",
+        return Check("replicas", FAIL, f"replicas = {wanted} in the config file, but {_replicas_text(attached)}"
+                                       " attached: every acquire fails (exit 69)",
                      f"replicas = {attached} in the config file, or attach replicas")
     if to_write is not None and to_write > attached:
-        return Check("replicas", FAIL, f"min-replicas-to-write {to_write}, but {attached} {plural} attached: every"
-                                       " write is refused (NOREPLICAS, exit 69)",
+        return Check("replicas", FAIL, f"min-replicas-to-write {to_write}, but {_replicas_text(attached)} attached:"
+                                       " every write is refused (NOREPLICAS, exit 69)",
                      f"CONFIG SET min-replicas-to-write {attached}, and in redis.conf")
-    if attached == 0:
-        return Check("replicas", OK, "no replica attached: nothing to lose in a failover")
+    return None
+
+
+def _waits(wanted: int | str, to_write: int | None, in_effect: bool) -> list[str]:
+    """What makes a write wait for replicas: lockrun's replicas setting, the server's min-replicas-to-write."""
     waits = []
     if wanted:
         waits.append(f"runs wait for {wanted} (replicas = {wanted!r} in the config file)".replace("'", '"'))
     if in_effect:
         waits.append(f"min-replicas-to-write {to_write if to_write is not None else 'in effect'}")
-    if waits:
-        return Check("replicas", OK, f"{attached} {plural} attached; {', '.join(waits)}")
-    return Check("replicas", WARN, f"{attached} {plural} attached, but neither min-replicas-to-write nor lockrun's"
-                                   " replicas setting: replication is asynchronous, and a failover can lose a lease",
-                 "replicas = 1 in the config file (or --replicas 1 on every run; docs/redis.md \"Leases that survive a"
-                 " failover\"), or CONFIG SET min-replicas-to-write 1 (and in redis.conf)")
+    return waits
 
 
 def clock(facts: ServerFacts, context: Context) -> Check:
@@ -321,7 +360,7 @@ def commands(facts: ServerFacts) -> Check:
     if not isinstance(facts.unknown_commands, Unread):
         unknown = list(facts.unknown_commands)
     elif facts.acl.unread is None and {trial.command for trial in facts.acl.trials} >= set(runs_need):
-        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and _not_found(trial)})
+        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and not_found(trial)})
     else:
         return Check("commands", WARN, unread_text("which commands the server knows", Unread(
             f"COMMAND INFO: {facts.unknown_commands.why}")), "let lockrun's user run COMMAND INFO, or make sure no"
@@ -335,80 +374,3 @@ def commands(facts: ServerFacts) -> Check:
                                        " fail (exit 69)", fix)
     return Check("commands", WARN, f"the server does not know {', '.join(unknown)} (renamed or disabled): status,"
                                    " unlock, pause or history --fleet fail", fix)
-
-
-def _not_found(trial: AclTrial) -> bool:
-    words = trial.why.lower()
-    return "not found" in words or "invalid command" in words or "unknown command" in words
-
-
-def acl(facts: AclFacts, prefix: str) -> Check:
-    """Whether lockrun's user may send every command lockrun sends, on the keys it sends them on.
-
-    ACL DRYRUN says whether a refusal is about the command or the key; redis.acl_check_cmd only
-    says no, so a key is judged by EVAL with that key declared (EVAL without one allowed), and a
-    command by its refusal on a key that is not refused."""
-    user = facts.user or "USER"
-    who = f"user {facts.user}" if facts.user else "lockrun's user"
-    runs_need = {need.command: need.runs for need in facts.needed}
-    uses = {need.command: need.uses for need in facts.needed}
-    registry = facts.registry
-    if facts.everything:
-        return Check("acl", OK, f"{who} may run every command on every key ({facts.how})")
-    keyless_eval = next((trial.allowed for trial in facts.trials if trial.command == "EVAL" and trial.key is None),
-                        None)
-    bad_keys = {key for trial in facts.trials for key in _refused_key(trial)}
-    if keyless_eval:
-        bad_keys |= {trial.key for trial in facts.trials if trial.command == "EVAL" and trial.key is not None
-                     and trial.allowed is False and not trial.why}
-    refused: dict[str, None] = {}
-    unasked: dict[str, None] = {}
-    for trial in facts.trials:
-        if trial.allowed is None and not _not_found(trial):
-            unasked[trial.command] = None
-        if trial.allowed is not False or _refused_key(trial):
-            continue
-        if _refused_command(trial) or trial.key is None or trial.key not in bad_keys:
-            refused[trial.command] = None
-    problems, rules = [], []
-    failing = bool(bad_keys) or any(runs_need.get(name, True) for name in refused)
-    if refused:
-        by_use: dict[str, list[str]] = {}
-        for name in refused:
-            by_use.setdefault(uses.get(name, "lockrun"), []).append(name)
-        groups = [f"{', '.join(names)} ({use})" for use, names in by_use.items()]
-        problems.append(f"{who} may not run {'; '.join(groups)}")
-        rules += [f"+{name.lower()}" for name in refused]
-    if bad_keys:
-        what = [f"{key} (the registry of names, which every run writes)" if key == registry else key
-                for key in sorted(bad_keys)]
-        problems.append(f"{who} may not use the key{'s' if len(what) > 1 else ''} {', '.join(what)}")
-        # Every key lockrun writes starts with the prefix: one pattern covers them, the registry included.
-        rules.append("~" + "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*")
-    if facts.unread:
-        problems.append(f"could not ask about every command: {said(facts.unread)}")
-    if unasked:
-        problems.append(f"could not ask about {', '.join(unasked)}")
-    if not problems:
-        return Check("acl", OK, f"{who} may run every command lockrun sends, on its keys ({facts.how},"
-                                f" {len({trial.command for trial in facts.trials})} commands)")
-    if rules:
-        fix = f"ACL SETUSER {user} {' '.join(rules)}, and the same in the ACL file (ACL SAVE, or users.acl)"
-    else:
-        fix = (f"let {user} run ACL DRYRUN (ACL SETUSER {user} +acl|dryrun), or check its rules by hand against"
-               " docs/redis.md \"What lockrun needs of Redis\"")
-    return Check("acl", FAIL if failing else WARN, f"{'; '.join(problems)} (asked with {facts.how or 'nothing'})",
-                 fix)
-
-
-def _refused_key(trial: AclTrial) -> list[str]:
-    """The key ACL DRYRUN says the user may not access, if that is what it said."""
-    words = trial.why
-    marker = "access the '"
-    if trial.allowed is False and marker in words:
-        return [words.split(marker, 1)[1].rsplit("' key", 1)[0]]
-    return []
-
-
-def _refused_command(trial: AclTrial) -> bool:
-    return trial.allowed is False and "run the '" in trial.why

@@ -290,28 +290,44 @@ def find_run(
         raise FleetReadError(f"run id prefix {run_id_prefix!r} matches several runs: give more of it")
     name, events, last = matches[0]
     events = sorted(events, key=lambda event: tuple(int(part) if part.isdigit() else 0 for part in event[0].split("-")))
+    row = _run_row(source, holders_of, name, events)
+    if row is None:
+        return None
+    return row, _tail_of(row, _decoded(last)), _listed(events)
+
+
+def _run_row(source: Source, holders_of: HoldersOf, name: str, events: list[FleetEvent]) -> Row | None:
+    """The run as its last ``end`` event says; else as its ``start`` does, judged as a running
+    run; None with neither."""
     end = next((fields for _, fields in reversed(events) if text_of(_decoded(fields).get("event", "")) == "end"), None)
+    if end is not None:
+        return row_from_fields(name, _decoded(end))
     start = next(((entry_id, fields) for entry_id, fields in events
                   if text_of(_decoded(fields).get("event", "")) == "start"), None)
-    if end is not None:
-        row = row_from_fields(name, _decoded(end))
-    elif start is not None:
-        opened = row_from_fields(name, _decoded(start[1]))
-        row = Judge(source, holders_of).settle(Entry(id_ms(start[0]), {**opened, "status": Status.RUNNING}, start[0]))
-    else:
+    if start is None:
         return None
-    last_fields = _decoded(last)
+    opened = row_from_fields(name, _decoded(start[1]))
+    return Judge(source, holders_of).settle(Entry(id_ms(start[0]), {**opened, "status": Status.RUNNING}, start[0]))
+
+
+def _tail_of(row: Row, last_fields: dict[str, object]) -> str | None:
+    """The output tail ``last`` holds, if it is this run's."""
     tail = text_of(last_fields["output_tail"]) if "output_tail" in last_fields else None
     if tail is not None and text_of(last_fields.get("run_id", "")) != row["run_id"]:
-        tail = None
-    listed = []
+        return None
+    return tail
+
+
+def _listed(events: list[FleetEvent]) -> list[dict[str, object]]:
+    """The run's events, oldest first: each as it is, after the start a compact one holds."""
+    listed: list[dict[str, object]] = []
     for entry_id, fields in events:
         decoded = _decoded(fields)
         start_ms = parse_int(decoded.get("start_ms"))
         if start_ms is not None and start_ms >= 0:  # one event per run: its start is in it
             listed.append({"event": "start", "id": f"{start_ms}-0", "at_ms": start_ms})
         listed.append({"event": text_of(decoded.get("event", "")), "id": entry_id, "at_ms": id_ms(entry_id)})
-    return row, tail, listed
+    return listed
 
 
 def last_runs(source: Source, names: list[str]) -> dict[str, Row]:

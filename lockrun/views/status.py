@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
+from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
 from lockrun.backends.values import Holder
 from lockrun.core.errors import BackendUnavailable, LedgerError
@@ -78,27 +79,36 @@ def proven_dead_reason(holder: Holder) -> str | None:
         return f"no lockrun run can hold it ({holder.problem})"
     if holder.kernel_held:
         return None  # the kernel says a process holds it, whatever its namespace: alive
-    age = holder.heartbeat_age_s
-    ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
     # Most holders name another machine: nothing of theirs but the heartbeat can be judged here.
     legacy_here = holder.pid_ns is None and not holder.machine_id and holder.host == host.hostname()
-    if (holder.machine_id or "") == host.machine_id() or legacy_here:
-        # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
-        origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "",
-                             machine_id=holder.machine_id or "", pid_ns=holder.pid_ns, pid=holder.pid,
-                             pid_start=holder.pid_start, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
-        if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
-                and age > ttl / 3 + renewal_margin(ttl)):
-            # Its machine id is ours, its boot is not, and it fell silent before this boot began
-            # (ages by the server's clock, uptime by our kernel's) and missed a renewal: so a live
-            # clone that copied /etc/machine-id is not mistaken for our own past.
-            return (f"its lockrun ran on this machine in an earlier boot (boot id {origin.boot_id[:8]}…);"
-                    f" its last heartbeat was {age:.1f}s ago, before this boot")
-        if origin.process_gone():
-            if origin.pid_is_ours():
-                return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
-            return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
+    if (holder.machine_id or "") != host.machine_id() and not legacy_here:
+        return None
+    # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
+    origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "",
+                         machine_id=holder.machine_id or "", pid_ns=holder.pid_ns, pid=holder.pid,
+                         pid_start=holder.pid_start, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
+    return _silent_since_an_earlier_boot(holder, origin) or _process_gone(origin)
+
+
+def _silent_since_an_earlier_boot(holder: Holder, origin: host.Origin) -> str | None:
+    age = holder.heartbeat_age_s
+    ttl = holder.ttl_ms / 1000.0 if holder.ttl_ms else None
+    if (origin.earlier_boot() and age is not None and ttl is not None and age > host.uptime_s() + 1.0
+            and age > ttl / 3 + renewal_margin(ttl)):
+        # Its machine id is ours, its boot is not, and it fell silent before this boot began
+        # (ages by the server's clock, uptime by our kernel's) and missed a renewal: so a live
+        # clone that copied /etc/machine-id is not mistaken for our own past.
+        return (f"its lockrun ran on this machine in an earlier boot (boot id {origin.boot_id[:8]}…);"
+                f" its last heartbeat was {age:.1f}s ago, before this boot")
     return None
+
+
+def _process_gone(origin: host.Origin) -> str | None:
+    if not origin.process_gone():
+        return None
+    if origin.pid_is_ours():
+        return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
+    return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
 
 
 def stale_heartbeat_reason(holder: Holder) -> str | None:
@@ -181,11 +191,7 @@ def lock_states(
     of this host's ledger and the fleet record (a shared backend's memory of every host), its
     pause and its declared cadence. ``notes`` gets a line for each holder the operator should know
     more about (another PID namespace)."""
-    held: dict[str, list[Holder]] = {}
-    for holder in backend.holders(names):
-        held.setdefault(holder.name, []).append(holder)  # --slots: several holders, one entry each
-        if holder.note and notes is not None:
-            notes.append(f"{holder.name}: {holder.host or '?'}:{holder.pid or '?'}: {holder.note}")
+    held = _holders_by_name(backend, names, notes)
     pauses = backend.pauses(names)  # a paused name is listed, held or not
     wanted = sorted({*held, *pauses}) if names is None else list(dict.fromkeys(names))
     if every_name and names is None:
@@ -198,15 +204,30 @@ def lock_states(
         mine = _last_finished(ledger, name) if ledger is not None else None
         last_run = newer_run(mine, fleet_last.get(name))
         holders: list[Holder | None] = [*held.get(name, [])] or [None]  # None: a named lock that is free
-        for one in holders:
-            entry = lock_entry(name, one, last_run)
-            if entry["state"] == "held" and one is not None and one.run_id in slow:
-                entry["state"] = "slow"  # --warn-after: still running past it (this host's runs)
-            if name in pauses:
-                entry["paused"] = pauses[name].as_json()
-            entries.append(entry)
+        entries += [_entry(name, one, last_run, slow, pauses.get(name)) for one in holders]
     add_due_times(entries, health.declared_cadences(backend, ledger, wanted))
     return entries
+
+
+def _holders_by_name(backend: Backend, names: list[str] | None, notes: list[str] | None) -> dict[str, list[Holder]]:
+    """The holders of each name (--slots: several, one entry each); a line in ``notes`` for each
+    holder the operator should know more about."""
+    held: dict[str, list[Holder]] = {}
+    for holder in backend.holders(names):
+        held.setdefault(holder.name, []).append(holder)
+        if holder.note and notes is not None:
+            notes.append(f"{holder.name}: {holder.host or '?'}:{holder.pid or '?'}: {holder.note}")
+    return held
+
+
+def _entry(name: str, holder: Holder | None, last_run: dict[str, Any] | None, slow: dict[str, str],
+           pause: Paused | None) -> LockEntry:
+    entry = lock_entry(name, holder, last_run)
+    if entry["state"] == "held" and holder is not None and holder.run_id in slow:
+        entry["state"] = "slow"  # --warn-after: still running past it (this host's runs)
+    if pause is not None:
+        entry["paused"] = pause.as_json()
+    return entry
 
 
 def _slow_running(ledger: Ledger | None) -> dict[str, str]:

@@ -216,33 +216,43 @@ def lanes_from_rows(rows: Iterable[dict[str, Any]], window: Window, *, host: str
     since, until = iso(window.since), iso(window.until)
     per_name: dict[str, tuple[list[Span], list[Span]]] = {}
     for row in rows:
-        if not isinstance(row, dict) or not isinstance(row.get("name"), str):
-            continue
-        if host is not None and row.get("host") != host:
-            continue
-        started = _canonical(row.get("started_at"))
-        ended = _canonical(row.get("ended_at")) if row.get("ended_at") is not None else None
-        if started is None or (ended is None and row.get("ended_at") is not None):
-            continue
-        status = row.get("status") if isinstance(row.get("status"), str) else "?"
-        duration = row.get("duration_s")
-        if not isinstance(duration, (int, float)) or isinstance(duration, bool) or not math.isfinite(duration):
-            duration = None
-        span = (started, ended, status, float(duration) if duration is not None else None,
-                row.get("host") if isinstance(row.get("host"), str) else None,
-                row.get("run_id") if isinstance(row.get("run_id"), str) else None,
-                _integer(row.get("exit_code")), _integer(row.get("exit_status")), _integer(row.get("signal")))
-        if started >= until or (ended is not None and ended < since):
+        span = _span(row, host)
+        if span is None or span[_START] >= until or (span[_END] is not None and span[_END] < since):
             continue
         runs, marks = per_name.setdefault(row["name"], ([], []))
-        if status in MARK_STATUSES:
-            if started >= since:
-                marks.append(span)
-        else:
+        if span[_STATUS] not in MARK_STATUSES:
             runs.append(span)
+        elif span[_START] >= since:
+            marks.append(span)
     for _runs, marks in per_name.values():
         marks.sort()
     return list(lanes(((name, *per_name[name]) for name in sorted(per_name)), by_host))
+
+
+def _span(row: object, host: str | None) -> Span | None:
+    """A row as a Span, or None: not a row of a name, another host's (``host``), or times that
+    cannot be read."""
+    if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+        return None
+    if host is not None and row.get("host") != host:
+        return None
+    started = _canonical(row.get("started_at"))
+    ended = _canonical(row.get("ended_at")) if row.get("ended_at") is not None else None
+    if started is None or (ended is None and row.get("ended_at") is not None):
+        return None
+    return (started, ended, row.get("status") if isinstance(row.get("status"), str) else "?",
+            _finite(row.get("duration_s")), _text(row.get("host")), _text(row.get("run_id")),
+            _integer(row.get("exit_code")), _integer(row.get("exit_status")), _integer(row.get("signal")))
+
+
+def _finite(value: object) -> float | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _integer(value: object) -> int | None:

@@ -27,28 +27,46 @@ MAX_MISSED = 5000
 
 def missed_starts(cadence: Cadence, starts: list[str], window: tl.Window, declared_at: object = None) -> list[str]:
     """The due times (ISO, fixed width) in ``window`` that passed, grace and all, with no start."""
+    moments = [moment for moment in map(parse_iso, starts) if moment is not None]
+    if cadence.every_s is not None:
+        found = _missed_every(cadence.every_s, cadence.grace_s, moments, window)
+    elif moments or parse_iso(declared_at) is not None:
+        found = _missed_fires(cadence, moments, window, parse_iso(declared_at))
+    else:
+        found = []
+    return [tl.iso(moment) for moment in found]
+
+
+def _missed_every(every_s: float, grace_s: float, moments: list[datetime], window: tl.Window) -> list[datetime]:
+    """--every: from each start, every due time before the next start (or now) and its grace."""
+    end = min(window.until, window.now)
+    step, grace = timedelta(seconds=every_s), timedelta(seconds=grace_s)
+    found: list[datetime] = []
+    for index, start in enumerate(moments):
+        until = moments[index + 1] if index + 1 < len(moments) else end
+        due = start + step
+        while due + grace < until and due < window.until and len(found) < MAX_MISSED:
+            if due >= window.since:
+                found.append(due)
+            due += step
+    return found
+
+
+def _missed_fires(cadence: Cadence, moments: list[datetime], window: tl.Window,
+                  declared: datetime | None) -> list[datetime]:
+    """--schedule: each fire time from the declaration (or the first start, less the grace) with
+    no start within the grace either side of it."""
     end = min(window.until, window.now)
     grace = timedelta(seconds=cadence.grace_s)
-    moments = [moment for moment in map(parse_iso, starts) if moment is not None]
+    first = declared or moments[0] - grace
+    fire = due_after(cadence, max(first, window.since) - timedelta(microseconds=1))
     found: list[datetime] = []
-    if cadence.every_s is not None:
-        step = timedelta(seconds=cadence.every_s)
-        for index, start in enumerate(moments):
-            until = moments[index + 1] if index + 1 < len(moments) else end
-            due = start + step
-            while due + grace < until and due < window.until and len(found) < MAX_MISSED:
-                if due >= window.since:
-                    found.append(due)
-                due += step
-    elif moments or parse_iso(declared_at) is not None:
-        first = parse_iso(declared_at) or moments[0] - grace
-        fire = due_after(cadence, max(first, window.since) - timedelta(microseconds=1))
-        while fire + grace < end and len(found) < MAX_MISSED:
-            at = bisect_left(moments, fire - grace)
-            if not (at < len(moments) and moments[at] <= fire + grace):
-                found.append(fire)
-            fire = due_after(cadence, fire)
-    return [tl.iso(moment) for moment in found]
+    while fire + grace < end and len(found) < MAX_MISSED:
+        at = bisect_left(moments, fire - grace)
+        if not (at < len(moments) and moments[at] <= fire + grace):
+            found.append(fire)
+        fire = due_after(cadence, fire)
+    return found
 
 
 class LaneCadence(NamedTuple):

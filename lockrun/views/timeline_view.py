@@ -62,9 +62,6 @@ def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) 
     fleet record's timeline), else this host's ledger's; none that cannot be read. A name paused
     now missed nothing since its pause began (the fleet record keeps no entry of a paused skip,
     and nothing may have fired here meanwhile)."""
-    from lockrun.backends.connect import open_backend
-
-    stored: dict[str, tuple[object, object]] = {}
     if book is not None:
         try:
             stored = book.cadences(names)
@@ -72,23 +69,36 @@ def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) 
             return {}
         if not stored:
             return {}  # nothing declared: no backend to ask
+        pauses, _, _ = _asked(resolved, names, cadences=False)
+        declared = {name: (parse_cadence(text), at) for name, (text, at) in stored.items()}
+    else:
+        pauses, raw, reached = _asked(resolved, names, cadences=True)
+        if not reached:
+            return {}
+        declared = {name: (parse_cadence(value), None) for name, value in raw.items()}
+    return {name: LaneCadence(cadence, at, _pause_began(pauses.get(name)))
+            for name, (cadence, at) in declared.items() if cadence is not None}
+
+
+def _asked(resolved: Settings, names: list[str] | None,
+           cadences: bool) -> tuple[dict[str, Paused], dict[str, object], bool]:
+    """The backend's pauses of ``names`` (and with ``cadences`` its declared cadences), and whether
+    it answered: what it said before it became unavailable, and False, when it did not."""
+    from lockrun.backends.connect import open_backend
+
     pauses: dict[str, Paused] = {}
     raw: dict[str, object] = {}
     try:
         backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
         try:
             pauses = backend.pauses(names)
-            if book is None:
+            if cadences:
                 raw = backend.cadences(names or [])
         finally:
             backend.close()
     except BackendUnavailable:
-        if book is None:
-            return {}
-    declared = ({name: (parse_cadence(text), at) for name, (text, at) in stored.items()} if book is not None
-                else {name: (parse_cadence(value), None) for name, value in raw.items()})
-    return {name: LaneCadence(cadence, at, _pause_began(pauses.get(name)))
-            for name, (cadence, at) in declared.items() if cadence is not None}
+        return pauses, raw, False
+    return pauses, raw, True
 
 
 def _pause_began(pause: Paused | None) -> str | None:

@@ -74,19 +74,21 @@ class Inspection(NamedTuple):
             f" lease expires in {human_duration(h.ttl_remaining_s)}",
             *([f"  note:      {h.note}"] if h.note else []),
         ]
+        return [*lines, f"  state:     {self._state()}"]
+
+    def _state(self) -> str:
+        h = self.holder
         if h.foreign:
-            lines.append("  state:     malformed: not a lockrun lease, nothing lockrun started runs under it")
-        elif self.cooling:
-            lines.append(f"  state:     cooling: the run is over, --min-hold keeps it until {h.cooling_until}")
-        elif self.zombie:
-            lines.append(f"  state:     zombie: {self.zombie_reason}")
-        elif h.problem:
-            lines.append("  state:     malformed, and nothing shows that its holder is gone: it may still run")
-        elif h.kernel_held:
-            lines.append("  state:     live: a process holds its kernel lock")
-        else:
-            lines.append("  state:     live: its heartbeat is recent and its process is not known to be gone")
-        return lines
+            return "malformed: not a lockrun lease, nothing lockrun started runs under it"
+        if self.cooling:
+            return f"cooling: the run is over, --min-hold keeps it until {h.cooling_until}"
+        if self.zombie:
+            return f"zombie: {self.zombie_reason}"
+        if h.problem:
+            return "malformed, and nothing shows that its holder is gone: it may still run"
+        if h.kernel_held:
+            return "live: a process holds its kernel lock"
+        return "live: its heartbeat is recent and its process is not known to be gone"
 
 
 def inspect_all(backend: Backend, name: str) -> list[Inspection]:

@@ -19,6 +19,7 @@ from lockrun.backends.audit import (
 from lockrun.system.directory import DirectoryFacts, mount_of
 from lockrun.views import doctor_server as judge
 from lockrun.views.doctor import DoctorReport
+from lockrun.views.doctor_acl import acl as judge_acl
 from lockrun.views.doctor_check import Check, duration_text
 from lockrun.views.doctor_host import directory_check
 from lockrun.views.doctor_topology import probe_check, topology_check
@@ -116,7 +117,7 @@ def test_the_server_line() -> None:
 
 def acl(*trials: AclTrial, how: str = "redis.acl_check_cmd", unread: str | None = None) -> Check:
     facts = AclFacts("app", how, trials, unread=unread, needed=NEEDED, registry="lockrun:names")
-    return judge.acl(facts, "lockrun:")
+    return judge_acl(facts, "lockrun:")
 
 
 def test_acl_check_cmd_tells_a_refused_key_from_a_refused_command() -> None:
@@ -146,7 +147,7 @@ def test_acl_dryrun_words_name_the_key_or_the_command() -> None:
 def test_an_acl_that_cannot_be_asked_is_a_warning() -> None:
     redis6 = acl(how="ACL GETUSER", unread="this server cannot be asked about each command (Redis 6)")
     assert redis6.status == "warn" and "acl|dryrun" in (redis6.fix or "")
-    everything = judge.acl(AclFacts("default", "ACL GETUSER", everything=True), "lockrun:")
+    everything = judge_acl(AclFacts("default", "ACL GETUSER", everything=True), "lockrun:")
     assert everything.status == "ok"
     eval_refused = acl(AclTrial("EVAL", None, False, "NOPERM this user has no permissions to run the 'eval' command"),
                        how="EVAL", unread="the other commands could not be asked about")

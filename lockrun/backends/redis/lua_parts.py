@@ -1,4 +1,5 @@
-"""The Lua pieces the Redis backend's scripts are built from (``scripts.py`` joins them).
+"""The Lua pieces the Redis backend's scripts are built from (``scripts.py`` and ``slot_scripts.py``
+join them).
 
 Each piece is a set of local functions with a comment saying what it reads and writes; a
 script is some of these pieces and its own body, sent as one text and so run atomically.
@@ -404,3 +405,6 @@ local function renewed_for_attempt(first)
   return 1
 end
 """
+
+#: What both acquire scripts are built on: their replies' names (Acquired) first.
+ACQUIRE_PIECES = ACQUIRE_REPLIES_LUA + FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA

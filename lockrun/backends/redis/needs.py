@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from lockrun.backends.audit import Need
-from lockrun.backends.redis import scripts
+from lockrun.backends.redis import scripts, slot_scripts
 from lockrun.backends.redis.fleet import FIND_RUN_SCRIPT
 from lockrun.backends.redis.inspect import TIME_SCRIPT
 from lockrun.backends.redis.keys import lock_keys, registry_key
@@ -23,9 +23,9 @@ from lockrun.backends.redis.registry import SEED_SCRIPT
 _SCRIPT_CALL = re.compile(r"""redis\.p?call\(\s*['"]([A-Za-z]+)['"]""")
 
 #: The scripts a run sends (acquire, renew, release, --retry's, --replace's), by what needs them.
-RUN_SCRIPTS = (scripts.ACQUIRE_SCRIPT, scripts.SLOTS_ACQUIRE_SCRIPT, scripts.RENEW_SCRIPT, scripts.SLOTS_RENEW_SCRIPT,
-               scripts.RELEASE_SCRIPT, scripts.SLOTS_RELEASE_SCRIPT, scripts.ATTEMPT_OVER_SCRIPT,
-               scripts.ATTEMPT_BEGINS_SCRIPT, scripts.PREEMPT_SCRIPT)
+RUN_SCRIPTS = (scripts.ACQUIRE_SCRIPT, slot_scripts.SLOTS_ACQUIRE_SCRIPT, scripts.RENEW_SCRIPT,
+               slot_scripts.SLOTS_RENEW_SCRIPT, scripts.RELEASE_SCRIPT, slot_scripts.SLOTS_RELEASE_SCRIPT,
+               scripts.ATTEMPT_OVER_SCRIPT, scripts.ATTEMPT_BEGINS_SCRIPT, scripts.PREEMPT_SCRIPT)
 #: The scripts the other commands send: status, unlock, pause, history --fleet, show --fleet.
 READ_SCRIPTS = (scripts.READ_LOCKS_SCRIPT, scripts.PAUSE_SCRIPT, scripts.CLEAR_FOREIGN_SCRIPT, TIME_SCRIPT,
                 READ_PRESENT_SCRIPT, FIND_RUN_SCRIPT, SEED_SCRIPT)

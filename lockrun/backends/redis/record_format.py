@@ -16,7 +16,7 @@ Decoding is defensive: whoever wrote an entry, it reads back as string fields th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -79,28 +79,46 @@ def event_pairs(row: Row) -> list[str]:
     flat: list[str] = []
     for field, source in EVENT_FIELDS:
         value = row.get(source) if source else None
-        if source == "started_at":
-            text = str(started_us) if started_us is not None else ("=" + started if isinstance(started, str) else "")
-        elif source == "ended_at":
-            ended_us = _us_of_iso(value) if isinstance(value, str) else None
-            if ended_us is not None and started_us is not None:
-                text = str(ended_us - started_us)
-            else:
-                text = "=" + value if isinstance(value, str) else ""
-        elif source in ("duration_s", "waited_s"):
-            text = _seconds_us(value) if value is not None else ""
-        elif source == "command":
-            text = json.dumps(list(value)) if value is not None else ""
-        elif value is None:
-            text = ""
-        else:
-            text = str(value)
-        flat += [field, text]
+        flat += [field, _ENCODERS.get(source, _text)(value, started_us)]
     attempt = row.get("attempt")
     if attempt is not None:
         first = row.get("first_run_id")
         flat += ["a", str(attempt), "F", "" if first in (None, row.get("run_id")) else str(first)]
     return flat
+
+
+def _text(value: Any, started_us: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _started_text(value: Any, started_us: int | None) -> str:
+    """µs since 1970, or ``=`` and the text when it is not a time as lockrun writes it."""
+    if started_us is not None:
+        return str(started_us)
+    return "=" + value if isinstance(value, str) else ""
+
+
+def _ended_text(value: Any, started_us: int | None) -> str:
+    """µs after the start, or ``=`` and the text when either is not a time as lockrun writes it."""
+    ended_us = _us_of_iso(value) if isinstance(value, str) else None
+    if ended_us is not None and started_us is not None:
+        return str(ended_us - started_us)
+    return "=" + value if isinstance(value, str) else ""
+
+
+def _seconds_text(value: Any, started_us: int | None) -> str:
+    return _seconds_us(value) if value is not None else ""
+
+
+def _command_text(value: Any, started_us: int | None) -> str:
+    return json.dumps(list(value)) if value is not None else ""
+
+
+#: How a row's field is written into an entry, by the row's field (anything else: as text).
+_ENCODERS: dict[str | None, Callable[[Any, int | None], str]] = {
+    "started_at": _started_text, "ended_at": _ended_text, "duration_s": _seconds_text, "waited_s": _seconds_text,
+    "command": _command_text,
+}
 
 
 def is_compact(fields: Mapping[Any, object]) -> bool:
@@ -134,34 +152,58 @@ def decode_event(entry_id: str, fields: Mapping[Any, object], vals: dict[str, tu
     started_us = parse_int(raw.get("t", ""))
     for field, source in EVENT_FIELDS:
         value = raw.get(field, "")
-        if source is None or value == "":
-            continue
-        if source in ("host", "command"):
-            resolved = _ref(value, source[0], vals)
-            if resolved is not None:
-                out[source] = resolved
-        elif source == "started_at":
-            out[source] = value[1:] if value.startswith("=") else (_iso_of_us(started_us) if started_us else None)
-        elif source == "ended_at":
-            offset = parse_int(value)
-            if value.startswith("="):
-                out[source] = value[1:]
-            elif offset is not None and started_us is not None:
-                out[source] = _iso_of_us(started_us + offset)
-        elif source in ("duration_s", "waited_s"):
-            us = parse_int(value)
-            if us is not None:
-                out[source] = repr(us / _US)
-        else:
-            out[source] = value
+        if source is not None and value != "":
+            out[source] = _DECODERS.get(source, _as_is)(value, started_us, vals)
     if raw.get("a"):
         out["attempt"] = raw["a"]
         out["first_run_id"] = raw.get("F") or raw.get("r") or None
-    head = entry_id.split("-", 1)[0]
-    before = parse_int(raw.get("k", ""))
-    if head.isdigit() and before is not None and before >= 0:
-        out["start_ms"] = str(int(head) - before)
+    out["start_ms"] = _start_ms(entry_id, raw.get("k", ""))
     return {key: value for key, value in out.items() if value is not None}
+
+
+def _as_is(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    return value
+
+
+def _host(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    return _ref(value, "h", vals)
+
+
+def _command(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    return _ref(value, "c", vals)
+
+
+def _started(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    if value.startswith("="):
+        return value[1:]
+    return _iso_of_us(started_us) if started_us else None
+
+
+def _ended(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    if value.startswith("="):
+        return value[1:]
+    offset = parse_int(value)
+    return _iso_of_us(started_us + offset) if offset is not None and started_us is not None else None
+
+
+def _seconds(value: str, started_us: int | None, vals: dict[str, tuple[str, str]]) -> str | None:
+    us = parse_int(value)
+    return repr(us / _US) if us is not None else None
+
+
+#: How an entry's value is read back, by the row's field it holds (anything else: as it is);
+#: None leaves the field out.
+_DECODERS = {"host": _host, "command": _command, "started_at": _started, "ended_at": _ended, "duration_s": _seconds,
+             "waited_s": _seconds}
+
+
+def _start_ms(entry_id: str, before_text: str) -> str | None:
+    """The start's server time: the entry's ID (ms) less the ``k`` it carries, when both read."""
+    head = entry_id.split("-", 1)[0]
+    before = parse_int(before_text)
+    if head.isdigit() and before is not None and before >= 0:
+        return str(int(head) - before)
+    return None
 
 
 def decode_open(run_id: object, value: object) -> tuple[str, dict[object, object]] | None:

@@ -17,7 +17,8 @@ import redis
 from lockrun.backends.redis.client import REDIS_ERRORS, Client, RedisConnection
 from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replies import script_int, text
-from lockrun.backends.redis.scripts import ScriptCall, renew_call
+from lockrun.backends.redis.script_call import ScriptCall
+from lockrun.backends.redis.scripts import renew_call
 from lockrun.backends.values import ALL_REPLICAS, Lease
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.errors import ReplicasMissing

@@ -3,35 +3,37 @@
 One script per lease operation, so that each is one atomic round trip. Each script's
 comment says what it does, its KEYS and ARGV and what it returns; the ``*_call``
 functions below build exactly those, so the layout of a script's arguments lives
-beside the script and nowhere else.
+beside the script and nowhere else. A --slots lease's scripts are in ``slot_scripts.py``
+(the calls here send such a lease there); what several scripts' arguments share, and
+``ScriptCall`` itself, in ``script_call.py``.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from lockrun.backends.pause import PauseRequest
 from lockrun.backends.redis.keys import LockKeys
 from lockrun.backends.redis.lua_parts import (
-    ACQUIRE_CHECKS_LUA,
-    ACQUIRE_REPLIES_LUA,
+    ACQUIRE_PIECES,
     ATTEMPT_LUA,
-    CADENCE_LUA,
     FLEET_COMMON_LUA,
     FLEET_END_LUA,
     FLEET_START_LUA,
     HEARTBEAT_LUA,
-    PAUSE_LUA,
     RELEASE_LUA,
     WAKE_LUA,
 )
-from lockrun.backends.redis.record_format import event_pairs
+from lockrun.backends.redis.script_call import (
+    WAKE_TTL_MS,
+    Arg,
+    ScriptCall,
+    acquire_args,
+    done_args,
+    flat_pairs,
+    ms,
+    once_keys,
+    record_args,
+)
 from lockrun.backends.values import FleetRecord, FleetRetention, Lease, OnceKey
-from lockrun.core.clock import utc_now_iso
-from lockrun.core.record import row_json_parts, tail_for_fleet
-
-#: What both acquire scripts are built on: their replies' names (lua_parts.Acquired) first.
-ACQUIRE_PIECES = ACQUIRE_REPLIES_LUA + FLEET_START_LUA + ACQUIRE_CHECKS_LUA + HEARTBEAT_LUA + PAUSE_LUA + CADENCE_LUA
 
 # Take the lock, advance the fence and describe the holder, all or nothing; record the start (or
 # count a busy or duplicate outcome) in the fleet record. KEYS: lock, info, fence, preempt, slots,
@@ -206,122 +208,6 @@ end
 return 0
 """
 
-# --slots N: up to N holders at once, a sorted set of owner tokens scored by expiry on
-# Redis' own clock (TIME), swept on every acquire. Each holder has its own info hash.
-# KEYS: slots, slots:n, fence, our info, lock (the plain lock: a conflict), runs, counts, open,
-# names (or the slots key again), then [done[, once_tz]]. ARGV: token, ttl_ms, n, last_try,
-# maxlen, keep_ms, allow_eviction, zone, remember_ms, then info field/value pairs.
-# Returns {1, fence, evicting, pause problem}; {2} for a done --once key; {3, pause} for a paused
-# name; {-1, n} when the name is in use with
-# another N (1: as a plain lock); {-2, ...}, {-3, zone, length} and {-4, kind} as the plain acquire;
-# {0, ms until the soonest holder expires, its info}.
-# The fence follows the plain lock's rule: max(counter + 1, server TIME in µs).
-SLOTS_ACQUIRE_SCRIPT = ACQUIRE_PIECES + """
-if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
-local evicts = eviction()
-local refusal = refused(evicts, ARGV[7])
-if refusal then return refusal end
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  return {SLOTS_MISMATCH, 1}
-end
-local n = tonumber(ARGV[3])
-local stored = redis.call('GET', KEYS[2])
-if stored and tonumber(stored) ~= n and redis.call('ZCARD', KEYS[1]) > 0 then
-  return {SLOTS_MISMATCH, tonumber(stored)}
-end
-local conflict = zone_conflict(KEYS[11], ARGV[8])
-if conflict then return refused_zone(conflict) end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= n then
-  local paused = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
-  if paused and paused[1] == 1 then
-    record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
-    return {PAUSED, paused[2]}
-  end
-  if ARGV[4] == '1' then
-    record_count(KEYS[7], KEYS[9], ARGV[6], 'busy', info_value(10, 'host'))
-  end
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  local other = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[1]) .. first[1]
-  return {BUSY, tonumber(first[2]) - now, redis.call('HGETALL', other)}
-end
-local pause = pause_of(string.sub(KEYS[5], 1, -5) .. 'paused')
-if pause and pause[1] == 1 then
-  record_count(KEYS[7], KEYS[9], ARGV[6], 'paused', info_value(10, 'host'))
-  return {PAUSED, pause[2]}
-end
-if KEYS[10] and redis.call('EXISTS', KEYS[10]) == 1 then
-  record_count(KEYS[7], KEYS[9], ARGV[6], 'duplicate', info_value(10, 'host'))
-  return {DUPLICATE}
-end
-keep_zone(KEYS[11], ARGV[8], tonumber(ARGV[9]) + tonumber(ARGV[2]))
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('SET', KEYS[2], n)
-local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], keep)
-redis.call('PEXPIRE', KEYS[2], keep)
-local fence = math.max(redis.call('INCRBY', KEYS[3], 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('SET', KEYS[3], string.format('%.0f', fence))
-redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'fencing_token', string.format('%.0f', fence), unpack(ARGV, 10))
-heartbeat(KEYS[4])  -- the first heartbeat: the server's TIME (HEARTBEAT_LUA)
-redis.call('PEXPIRE', KEYS[4], ARGV[2])
-record_start(KEYS[8], KEYS[9], ARGV[6], fence, 10, now, n)
-declare_cadence(string.sub(KEYS[5], 1, -5) .. 'cadence', 10, ARGV[6])
-return {TAKEN, fence, evicting_policy(evicts), pause_problem(pause)}
-"""
-
-# Renew one slot: reset its expiry (never add to it) if it is still ours and unexpired; stamp
-# the heartbeat with the server's TIME (HEARTBEAT_LUA).
-# KEYS: slots, slots:n, our info. ARGV: token, ttl_ms, child_pid. Returns 1 or 0.
-SLOTS_RENEW_SCRIPT = HEARTBEAT_LUA + """
-if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) <= now then
-  return 0
-end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], keep)
-redis.call('PEXPIRE', KEYS[2], keep)
-redis.call('HSET', KEYS[3], 'child_pid', ARGV[3])
-heartbeat(KEYS[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return 1
-"""
-
-# Give a slot back (release, or unlock of exactly that token) and wake one waiter; mark the
-# --once key done and keep the name's zone as long; record the run's end in the fleet record
-# (also when the slot was no longer ours).
-# KEYS: slots, slots:n, that holder's info, wake, runs, last, counts, open, vals, names (or the
-# slots key again), then [done[, once_tz]].
-# ARGV: token, wake_ttl_ms, remember_ms, done_value, zone, then the record (see FLEET_END_LUA) from
-# ARGV[6]. Returns 1 if the slot was ours, 0 if not: swept by another acquire, cleared, or
-# expired (by Redis' clock) even if nobody swept it yet, as a plain lock's key would have.
-# The slot goes first, as in RELEASE_SCRIPT (ZREM may not grow memory).
-SLOTS_RELEASE_SCRIPT = FLEET_END_LUA + RELEASE_LUA + """
-if redis.replicate_commands then redis.replicate_commands() end  -- Redis < 7 needs it; not every server has it
-local released = 0
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  local t = redis.call('TIME')
-  if tonumber(score) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then released = 1 end
-  redis.call('DEL', KEYS[3])
-  if redis.call('ZCARD', KEYS[1]) == 0 then
-    redis.call('DEL', KEYS[1], KEYS[2])
-  end
-  wake(KEYS[4], ARGV[2])
-end
-mark_done(KEYS[11], ARGV[4], ARGV[3])
-keep_zone_for(KEYS[12], ARGV[5], ARGV[3])
-record_end(KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], 6, released)
-return released
-"""
-
 # Delete the keys of one lock that hold what lockrun never writes there (a lock key that is
 # not a string, or a string with bytes no owner token has, lockrun's being hex; an info hash,
 # a slots sorted set, a slot count, a wake list or a preemption request of another type or
@@ -350,26 +236,6 @@ end
 return deleted
 """
 
-#: How long a wake-up waits in a wake list for a waiter to BLPOP it.
-WAKE_TTL_MS = 5000
-
-#: One ARGV value: redis-py sends numbers as their decimal text.
-Arg = str | int
-
-
-class ScriptCall(NamedTuple):
-    """One script with its KEYS and ARGV, ready for EVAL."""
-
-    script: str
-    keys: list[str]
-    args: list[Arg]
-
-
-def ms(seconds: float) -> int:
-    """Seconds as whole milliseconds, at least 1 (PX 0 is an error, and 0 would mean no TTL)."""
-    return max(1, int(seconds * 1000))
-
-
 def acquire_call(
     keys: LockKeys, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int,
     last_try: bool, retention: FleetRetention, allow_eviction: bool = False, registry: str | None = None,
@@ -377,31 +243,26 @@ def acquire_call(
 ) -> ScriptCall:
     """ACQUIRE_SCRIPT, or SLOTS_ACQUIRE_SCRIPT for one of ``slots`` > 1; ``registry``: the key of
     the registry of names (None on a Cluster: there is none)."""
-    pairs: list[Arg] = [item for field in info.items() for item in field]
-    done = [keys.done(once.key)] if once else []
-    zoned = [keys.once_tz] if once and once.zone else []
-    kept: list[Arg] = [retention.max_events, retention.keep_ms]
-    checks: list[Arg] = [int(allow_eviction), once.zone if once and once.zone else "",
-                         ms(once.remember_s) if once else 0]
     if slots > 1:
-        slot_keys = [keys.slots, keys.slot_count, keys.fence, keys.slot_info(token), keys.lock, keys.runs,
-                     keys.counts, keys.open, registry or keys.slots, *done, *zoned]
-        return ScriptCall(SLOTS_ACQUIRE_SCRIPT, slot_keys,
-                          [token, ms(ttl), slots, int(last_try), *kept, *checks, *pairs])
+        from lockrun.backends.redis.slot_scripts import slots_acquire_call  # a plain lease never loads them
+
+        return slots_acquire_call(keys, token, ttl, info, once, slots, last_try, retention, allow_eviction, registry)
     plain_keys = [keys.lock, keys.info, keys.fence, keys.preempt, keys.slots, keys.runs, keys.counts, keys.open,
-                  registry or keys.lock, *done, *zoned]
-    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try), *kept, *checks,
-                                                   ms(once_every) if once_every else 0, *pairs])
+                  registry or keys.lock, *once_keys(keys, once)]
+    return ScriptCall(ACQUIRE_SCRIPT, plain_keys, [token, ms(ttl), int(last_try),
+                                                   *acquire_args(retention, allow_eviction, once),
+                                                   ms(once_every) if once_every else 0, *flat_pairs(info)])
 
 
 def renew_call(keys: LockKeys, lease: Lease, heartbeat_at: str, child_pid: int | None) -> ScriptCall:
     """RENEW_SCRIPT, or SLOTS_RENEW_SCRIPT for a --slots lease. ``heartbeat_at`` (the holder's own
     clock, which the local backend records) is not sent: the script stamps the server's TIME."""
     del heartbeat_at
-    args: list[Arg] = [lease.token, ms(lease.ttl), child_pid or ""]
     if lease.slots > 1:
-        return ScriptCall(SLOTS_RENEW_SCRIPT, [keys.slots, keys.slot_count, keys.slot_info(lease.token)], args)
-    return ScriptCall(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], args)
+        from lockrun.backends.redis.slot_scripts import slots_renew_call  # a plain lease never loads them
+
+        return slots_renew_call(keys, lease, child_pid)
+    return ScriptCall(RENEW_SCRIPT, [keys.lock, keys.info, keys.preempt], [lease.token, ms(lease.ttl), child_pid or ""])
 
 
 def release_call(
@@ -410,38 +271,14 @@ def release_call(
 ) -> ScriptCall:
     """RELEASE_SCRIPT, or SLOTS_RELEASE_SCRIPT for a slot: compare-and-delete, wake one waiter,
     mark ``done`` (and keep its zone as long), add ``record`` to the fleet record."""
-    done_key = [keys.done(done.key)] if done else []
-    if done and done.zone:
-        done_key.append(keys.once_tz)
-    done_args: list[Arg] = [ms(done.remember_s), utc_now_iso(), done.zone or ""] if done else [0, "", ""]
-    fleet_keys, fleet_args = _record_args(keys, record, retention)
     if slotted:
-        script_keys = [keys.slots, keys.slot_count, keys.slot_info(token), keys.wake, *fleet_keys,
-                       registry or keys.slots, *done_key]
-        return ScriptCall(SLOTS_RELEASE_SCRIPT, script_keys, [token, WAKE_TTL_MS, *done_args, *fleet_args])
-    script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, registry or keys.lock, *done_key]
-    args: list[Arg] = [token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args, *fleet_args]
+        from lockrun.backends.redis.slot_scripts import slots_release_call  # a plain lease never loads them
+
+        return slots_release_call(keys, token, retention, done, record, registry)
+    fleet_keys, fleet_args = record_args(keys, record, retention)
+    script_keys = [keys.lock, keys.info, keys.wake, *fleet_keys, registry or keys.lock, *once_keys(keys, done)]
+    args: list[Arg] = [token, WAKE_TTL_MS, max(0, int(hold_s * 1000)), hold_until, *done_args(done), *fleet_args]
     return ScriptCall(RELEASE_SCRIPT, script_keys, args)
-
-
-def _record_args(keys: LockKeys, record: FleetRecord | None, retention: FleetRetention) -> tuple[list[str], list[Arg]]:
-    """The fleet-record KEYS (without the registry) and ARGV of a release or clear script
-    (FLEET_END_LUA's record_end)."""
-    run_id = record.row.get("run_id") if record else None
-    fleet_keys = [keys.runs, keys.last, keys.counts, keys.open, keys.vals]
-    if record is None or not run_id:
-        return fleet_keys, [0, 0, "", "", "", 0, "", "", "", "", "", ""]
-    head, tail = row_json_parts(record.row)
-    lost_head, lost_tail = row_json_parts(record.if_lost) if record.if_lost is not None else (head, "")
-    if lost_head != head:  # the two rows may differ only where the release decides
-        lost_tail = ""
-    lost_note = (record.if_lost or {}).get("note") or ""
-    args: list[Arg] = [
-        retention.max_events, retention.keep_ms, record.row["status"], tail_for_fleet(record.output_tail),
-        record.row.get("ended_at") or "", int(record.at_once), run_id, head, tail, lost_tail,
-        record.row.get("note") or "", lost_note, *event_pairs(record.row),
-    ]
-    return fleet_keys, args
 
 
 def _attempt_keys(keys: LockKeys, lease: Lease) -> list[str]:
@@ -457,10 +294,10 @@ def attempt_over_call(
 ) -> ScriptCall:
     """ATTEMPT_OVER_SCRIPT: renew, mark the holder ``holder``, add ``record`` to the fleet record."""
     lock_keys_ = _attempt_keys(keys, lease)
-    fleet_keys, fleet_args = _record_args(keys, record, retention)
-    pairs: list[Arg] = [item for field in holder.items() for item in field]
+    fleet_keys, fleet_args = record_args(keys, record, retention)
     return ScriptCall(ATTEMPT_OVER_SCRIPT, [*lock_keys_, *fleet_keys, registry or lock_keys_[0]],
-                      [lease.token, ms(lease.ttl), int(lease.slots > 1), len(holder), *pairs, *fleet_args])
+                      [lease.token, ms(lease.ttl), int(lease.slots > 1), len(holder), *flat_pairs(holder),
+                       *fleet_args])
 
 
 def attempt_begins_call(
@@ -469,11 +306,9 @@ def attempt_begins_call(
 ) -> ScriptCall:
     """ATTEMPT_BEGINS_SCRIPT: renew, mark the holder ``holder``, open ``start`` in the fleet record."""
     lock_keys_ = _attempt_keys(keys, lease)
-    pairs: list[Arg] = [item for field in holder.items() for item in field]
-    opened: list[Arg] = [item for field in start.items() for item in field]
     return ScriptCall(ATTEMPT_BEGINS_SCRIPT, [*lock_keys_, keys.open, registry or lock_keys_[0]],
                       [lease.token, ms(lease.ttl), int(lease.slots > 1), len(holder), retention.keep_ms,
-                       lease.fencing_token, lease.slots, *pairs, *opened])
+                       lease.fencing_token, lease.slots, *flat_pairs(holder), *flat_pairs(start)])
 
 
 def preempt_call(keys: LockKeys, requester: str, ttl: float) -> ScriptCall:
