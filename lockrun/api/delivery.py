@@ -137,7 +137,7 @@ class _MainThread:
 
     def install(self) -> bool:
         """Ours from now on (main thread only); False where no handler can be installed."""
-        if self.users == 0:
+        if not self.ours():
             try:
                 self.previous = signal.signal(INTERRUPT_SIGNAL, self.handle)
             except (ValueError, OSError):  # not the main interpreter, or the signal is refused
@@ -146,9 +146,11 @@ class _MainThread:
         return True
 
     def uninstall(self) -> None:
-        """One user fewer; after the last, the previous handler is back (main thread only)."""
+        """One user fewer; after the last, the previous handler is back. Only the main thread may
+        put it back: a block left from another thread (a generator closed there) leaves ours in
+        place, for the next block of the main thread to find."""
         self.users -= 1
-        if self.users > 0:
+        if self.users > 0 or threading.current_thread() is not threading.main_thread():
             return
         # A signal sent but not yet handled would find the previous handler (the default one ends
         # the process): wait for ours to take it. A signal to this thread is handled within
@@ -170,7 +172,7 @@ class _MainThread:
                 break
         if not popped:  # not ours
             previous = self.previous
-            if callable(previous):
+            if callable(previous) and previous != self.handle:
                 previous(signum, frame)
             return
         for target in popped:

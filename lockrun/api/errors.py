@@ -21,6 +21,8 @@ __all__ = ["Busy", "LeaseLost", "LockrunError", "Paused", "Unavailable"]
 class Busy(LockrunError):
     """The lock ``name`` is held elsewhere, and ``wait`` ran out: the block did not run."""
 
+    __module__ = "lockrun"  # its public name, in tracebacks and notes (lockrun exports it)
+
     exit_code = ExitCode.BUSY
 
     def __init__(self, message: str, *, name: str = "") -> None:
@@ -31,10 +33,14 @@ class Busy(LockrunError):
 class Paused(Busy):
     """The name is paused (``lockrun pause``): the block did not run, as a run of the CLI is skipped."""
 
+    __module__ = "lockrun"
+
 
 class Unavailable(LockrunError):
     """The lock backend could not be reached (connect, auth or a call failed within its bound): the
     block did not run. Never the local backend instead of a configured Redis."""
+
+    __module__ = "lockrun"
 
     exit_code = ExitCode.UNAVAILABLE
 
@@ -42,6 +48,8 @@ class Unavailable(LockrunError):
 class LeaseLost(LockrunError):
     """The lease of ``name`` was lost while the block ran (``reason`` says how), or :meth:`Lease.check`
     was called where no lease is held (after the block, or in a process forked inside it)."""
+
+    __module__ = "lockrun"
 
     exit_code = ExitCode.LOST
 
