@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -375,6 +376,25 @@ def test_an_unreachable_redis_is_unavailable_and_recorded(env, tmp_path):
     assert history(env, "gone")[0]["status"] == "unavailable"
 
 
+def test_a_redis_that_never_answers_is_unavailable_in_bounded_time(env, tmp_path):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshake; nobody ever reads
+        env["LOCKRUN_REDIS_URL"] = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        started = time.monotonic()
+        result = python(env, script(tmp_path, """
+            import lockrun
+            try:
+                with lockrun.lock("mute", ttl=5):
+                    print("ran")
+            except lockrun.Unavailable as exc:
+                print(type(exc).__name__)
+        """))
+        took = time.monotonic() - started
+    assert (result.stdout, result.stderr) == ("Unavailable\n", "")
+    assert took < 10  # each call bounded by TTL/5 (1 s here)
+
+
 def test_a_paused_name_is_not_run(any_env, tmp_path):
     assert run_lockrun(any_env, "pause", "held-back", "--for", "1h").returncode == 0
     result = python(any_env, script(tmp_path, """
@@ -425,7 +445,9 @@ def test_the_library_prints_nothing_unless_logging_is_configured_and_imports_laz
 # -- hostile uses ---------------------------------------------------------------------------------
 
 HOSTILE = """
-import json, os, subprocess, sys, threading, time, lockrun
+import json, os, subprocess, sys, threading, time, warnings, lockrun
+# Python 3.12+ warns of any fork in a process with threads (a block has two: docs/python.md).
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 out = {}
 
 # The same name twice in one thread: refused at once, whatever the wait.

@@ -443,9 +443,11 @@ class BlockRun:
         note = (f"lease lost: {self.lost_reason}; the block was still running at the lease's end (in a call"
                 " that did not return to Python)")
         logger.error("%r: %s", self.name, note)
-        self._record(Outcome(exit_code=ExitCode.LOST, status=Status.LOST, note=note, lease_lost=True,
-                             fencing_token=self.lease.fencing_token if self.lease else None))
-        self._let_go()
+        try:
+            self._record(Outcome(exit_code=ExitCode.LOST, status=Status.LOST, note=note, lease_lost=True,
+                                 fencing_token=self.lease.fencing_token if self.lease else None))
+        finally:
+            self._let_go()
 
     # -- leaving -------------------------------------------------------------------------------
 
@@ -454,17 +456,20 @@ class BlockRun:
         ``error`` (a LeaseLost), or None to let ``error`` (or nothing) go on."""
         if os.getpid() != self.pid:
             return None  # a child forked inside the block: the lease is its parent's
-        if self.target is not None:
-            self.target.disarm()
-        with self.lock:
-            self.leaving = True
-            ended = self.ended
-        self.stop.set()
-        self.wake.set()
-        if self.watcher is not None and self.watcher is not threading.current_thread():
-            self.watcher.join()
-        if self.keeper is not None:
-            self.keeper.stop()
+        try:
+            if self.target is not None:
+                self.target.disarm()
+            with self.lock:
+                self.leaving = True
+                ended = self.ended
+            self.stop.set()
+            self.wake.set()
+            if self.watcher is not None and self.watcher is not threading.current_thread():
+                self.watcher.join()
+        finally:  # whatever cuts the exit short (a second Ctrl-C), nothing renews this lease any more
+            self.stop.set()
+            if self.keeper is not None:
+                self.keeper.stop()
         lost = self.current_problem()
         ours = error is not None and any(error is raised for raised in self.raised)
         delivered = isinstance(error, Delivered) and error.name == self.name
