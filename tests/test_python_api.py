@@ -524,6 +524,34 @@ def test_hostile_uses(any_env, tmp_path):
     assert status_of(any_env, "shared")["state"] == "free"
 
 
+FDS = """
+import json, os, subprocess, sys, time, lockrun
+lockrun_command = os.path.join(os.path.dirname(sys.executable), "lockrun")
+open_fds = []
+for i in range(6):  # a name that is busy for a moment each time: every block waits in the kernel
+    flag = f"{sys.argv[1]}/held-{i}"
+    holder = subprocess.Popen([lockrun_command, "-n", f"name-{i}", "--", "sh", "-c", f"touch {flag}; sleep 0.3"])
+    while not os.path.exists(flag):
+        time.sleep(0.01)
+    with lockrun.lock(f"name-{i}", wait=30):
+        pass
+    holder.wait()
+    open_fds.append(len(os.listdir("/proc/self/fd")))
+print(json.dumps(open_fds))
+"""
+
+
+def test_local_waits_on_many_names_leave_no_descriptors_behind(local_env, tmp_path):
+    # A service that takes one name per customer must not keep a pipe and a descriptor per name it
+    # ever waited for (backends/local/waiting.py: KernelWaits.close).
+    result = python(local_env, script(tmp_path, FDS), str(tmp_path))
+    assert result.stderr == ""
+    open_fds = json.loads(result.stdout)
+    assert open_fds == [open_fds[0]] * 6, open_fds
+    (block,) = [row for row in history(local_env, "name-5") if row["command"][0] == "job.py"]
+    assert block["waited_s"] > 0.05  # it did wait for the lock
+
+
 # -- asyncio ------------------------------------------------------------------------------------------
 
 ASYNC = """

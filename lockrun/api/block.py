@@ -156,9 +156,9 @@ class _Holds:
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.owners: dict[tuple[str, ...], set[Owner]] = {}
-        # One local backend per (state directory, name), reused by its blocks one after the other: its
-        # kernel waits (backends/local/waiting.py) keep descriptors that only it may close.
-        self.local_backends: dict[tuple[str, str], Backend] = {}
+        # The local backend of a name whose last wait left a helper asleep on its lock file, for the next
+        # block of the name: that helper's descriptor may be closed only by it (backends/local/waiting.py).
+        self.local_backends: dict[tuple[str, ...], Backend] = {}
 
     def take(self, key: tuple[str, ...], owner: Owner, *, exclusive: bool, until: float) -> str | None:
         """Hold ``key`` for ``owner``; None when held, else why not: "self" (``owner`` holds it
@@ -186,13 +186,16 @@ class _Holds:
                     del self.owners[key]
             self.changed.notify_all()
 
-    def local_backend(self, state_dir: str, name: str, make: Callable[[], Backend]) -> Backend:
-        """The local backend of ``name`` in ``state_dir`` (called by the owner of that name only)."""
-        key = (state_dir, name)
+    def local_backend(self, key: tuple[str, ...], make: Callable[[], Backend]) -> Backend:
+        """The local backend of the name ``key`` (called by the owner of that name only)."""
         backend = self.local_backends.get(key)
         if backend is None:
             backend = self.local_backends[key] = make()
         return backend
+
+    def retire(self, key: tuple[str, ...]) -> None:
+        """Forget the local backend of ``key``: it was closed, and nothing of it outlives that."""
+        self.local_backends.pop(key, None)
 
 
 _HOLDS = _Holds()
@@ -300,7 +303,7 @@ class BlockRun:
             if resolved.redis_url:
                 self.backend = make()
             else:
-                self.backend = _HOLDS.local_backend(str(resolved.state_dir), spec.name, make)
+                self.backend = _HOLDS.local_backend(self.hold_key, make)
                 self.shared_backend = True
             self.client = LeaseClient(self.backend, spec.name, resolved.ttl, run_id=self.run_id, argv=self.command,
                                       report=_report)
@@ -518,11 +521,14 @@ class BlockRun:
         journal.finish(released_as(outcome, released))
 
     def _let_go(self) -> None:
-        """Give back this process's hold of the name, and close what only this run used."""
-        if self.backend is not None and not self.shared_backend:
+        """Give back this process's hold of the name, and close what only this run used (a local
+        backend too, while the name is still this run's, unless a helper of its wait still sleeps)."""
+        backend, self.backend = self.backend, None
+        if backend is not None:
             with contextlib.suppress(Exception):
-                self.backend.close()
-        self.backend = None
+                backend.close()
+            if self.shared_backend and self.hold_key is not None and not getattr(backend, "waiting", False):
+                _HOLDS.retire(self.hold_key)
         if self.hold_key is not None:
             _HOLDS.give(self.hold_key, self.owner)
             self.hold_key = None
