@@ -17,12 +17,12 @@ __all__ = ["Busy", "Lease", "LeaseLost", "LockrunError", "Paused", "Unavailable"
 #: Each public name and the module it lives in.
 _EXPORTS = {
     "Busy": "lockrun.api.errors",
-    "Lease": "lockrun.api.block",
+    "Lease": "lockrun.api.lock",
     "LeaseLost": "lockrun.api.errors",
     "LockrunError": "lockrun.api.errors",
     "Paused": "lockrun.api.errors",
     "Unavailable": "lockrun.api.errors",
-    "lock": "lockrun.api.block",
+    "lock": "lockrun.api.lock",
     "lock_async": "lockrun.api.aio",
     "locked": "lockrun.api.decorate",
 }

@@ -416,9 +416,9 @@ import json, logging, sys
 if sys.argv[1] == "logging":
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
 import lockrun
-loaded = {"api": "lockrun.api.block" in sys.modules}
+loaded = {"api": "lockrun.api.lock" in sys.modules}
 lockrun.lock
-loaded.update(lockrun="lockrun.api.block" in sys.modules,
+loaded.update(lockrun="lockrun.api.lock" in sys.modules,
               **{name: name in sys.modules for name in ("click", "rich", "redis", "asyncio", "lockrun.cli")})
 with lockrun.lock("quiet", ttl=2, on_lost="flag") as lease:
     import subprocess

@@ -1,6 +1,6 @@
 """``async with lockrun.lock_async("name") as lease:``: a block of a coroutine (docs/python.md "asyncio").
 
-The same run as a thread's block (block.py), with two differences:
+The same run as a thread's block (block.py, lock.py), with two differences:
 
 - The blocking steps (settings, the ledger, the acquire and its wait, the release) run in a
   thread of their own, so the event loop never waits for Redis, SQLite or a kernel lock. The
@@ -28,9 +28,11 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from lockrun.api.block import BlockRun, BlockSpec, Lease, OnLost, block_spec, site_of
+from lockrun.api.block import BlockRun, site_of
 from lockrun.api.delivery import TRANSITIONS, Teller
 from lockrun.api.errors import LeaseLost
+from lockrun.api.lock import Lease
+from lockrun.api.spec import BlockSpec, OnLost, block_spec
 
 T = TypeVar("T")
 

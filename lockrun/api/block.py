@@ -1,25 +1,18 @@
-"""A block under a lock: ``with lockrun.lock("name") as lease:`` (docs/python.md).
+"""One block's run (docs/python.md): what ``with lockrun.lock("name")`` does on entry and on exit.
 
-    lock(name, ...)      checks its arguments at once; returns a LockBlock, which any number of
-                         threads may enter, each time a new run
-    enter                settings (settings.py), the ledger row "running" (run/journal), the lease
-                         (run/lease_client: acquire, or wait), the keeper (run/keeper) renewing it,
-                         a watcher thread for the deadline, the delivery armed (delivery.py)
-    the block            the watcher, at the keeper's deadline or as soon as the lease is found
-                         lost, stops the keeper and raises LeaseLost in the block's thread
-                         (on_lost="raise"), or only sets lease.lost (on_lost="flag")
-    exit                 the delivery disarmed, the outcome (ending.py), the release (the fleet
-                         record with it), the final row; LeaseLost raised if the lease was lost
+    enter        settings (settings.py), the ledger row "running" (run/journal), the name taken in
+                 this process (holds.py), the lease (run/lease_client: acquire, or wait), the keeper
+                 (run/keeper) renewing it, a watcher thread for the deadline, the delivery armed
+                 (delivery.py)
+    the block    the watcher, at the keeper's deadline or as soon as the lease is found lost, tells
+                 the block (LeaseLost in its thread, on_lost="raise"; lease.lost, on_lost="flag")
+                 and stops the keeper
+    exit         the delivery disarmed, the outcome (ending.py), the release (the fleet record with
+                 it), the final row; what to raise: LeaseLost if the lease was lost
 
-A block whose thread never comes back to Python (a C call that does not return) is ended by its
+A block whose thread never comes back to Python (a call that does not return) is ended by its
 watcher at the lease's end: the row says ``lost``, the lock is released; the exit, whenever it
-comes, only raises.
-
-Within one process two blocks of one name exclude each other too: on the local backend a POSIX
-lock belongs to the process, not to a thread, and closing any descriptor of the lock file drops
-it, so a block takes the name in this process first (``_Holds``) and only then touches the file;
-with Redis each block has its own token, and only a second block of the same name in one thread
-(which could only wait for itself) is refused at once.
+comes, only raises. ``lock.py`` holds the public objects around it.
 """
 
 from __future__ import annotations
@@ -31,24 +24,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Literal, NamedTuple
 
-from lockrun.api.delivery import TRANSITIONS, Delivered, Target, Teller, after_fork_in_child
+from lockrun.api.delivery import Delivered, Target, Teller
 from lockrun.api.ending import block_outcome
 from lockrun.api.errors import Busy, LeaseLost, Paused, Unavailable
+from lockrun.api.holds import HOLDS, Owner
 from lockrun.api.settings import block_settings
+from lockrun.api.spec import BlockSpec
 from lockrun.backends.connect import call_timeout_for, open_backend
 from lockrun.backends.pause import Paused as PauseRecord
 from lockrun.backends.protocol import Backend
-from lockrun.backends.redis.url import validate_redis_url
 from lockrun.backends.values import FleetRecord, Holder
 from lockrun.backends.values import Lease as BackendLease
 from lockrun.config import settings as config_settings
-from lockrun.config.values import parse_time_span, validate_name
 from lockrun.core.clock import utc_now_iso
 from lockrun.core.defaults import DEFAULT_KILL_AFTER
-from lockrun.core.errors import BackendUnavailable, ExitCode, LockrunError, UsageError
+from lockrun.core.errors import BackendUnavailable, ExitCode, LockrunError
 from lockrun.core.record import Status
 from lockrun.ledger.store import RunRecord
 from lockrun.run.journal import RunJournal
@@ -60,11 +51,6 @@ logger = logging.getLogger("lockrun")
 # A library says nothing unless the application configures logging (no "last resort" to stderr).
 logger.addHandler(logging.NullHandler())
 
-OnLost = Literal["raise", "flag"]
-
-#: Who holds a name in this process: a thread (its ident) or an asyncio task (its id).
-Owner = tuple[str, int]
-
 #: How often the watcher tries again to tell a thread that is entering or leaving a block.
 DELIVERY_RETRY_S = 0.02
 
@@ -72,57 +58,6 @@ DELIVERY_RETRY_S = 0.02
 def _report(level: str, message: str) -> None:
     """The run machinery's lines (run/journal, run/lease_client), as log records of "lockrun"."""
     logger.log({"info": logging.INFO, "warn": logging.WARNING}.get(level, logging.ERROR), "%s", message)
-
-
-# -- arguments ------------------------------------------------------------------------------------
-
-
-def _seconds(value: object, what: str, *, minimum: float = 0.0, allow_zero: bool = False) -> float:
-    """Seconds (a number) or the CLI's time syntax ("90s", "2m"), in the CLI's range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(f"{what} must be a number of seconds or a duration string such as '2m',"
-                        f" not {type(value).__name__}")
-    try:
-        return parse_time_span(value, what, minimum=minimum, allow_zero=allow_zero)
-    except UsageError as exc:
-        raise ValueError(str(exc)) from None
-
-
-class BlockSpec(NamedTuple):
-    """What ``lock()`` was given, checked."""
-
-    name: str
-    ttl: float | None
-    wait: float
-    redis_url: str | None
-    on_lost: OnLost
-
-
-def block_spec(name: object, ttl: object, wait: object, redis_url: object, on_lost: object) -> BlockSpec:
-    """The arguments of ``lock()`` checked as the CLI checks its flags: TypeError for a wrong type,
-    ValueError (with the CLI's words) for a value out of its range."""
-    if not isinstance(name, str):
-        raise TypeError(f"the lock name must be a str, not {type(name).__name__}")
-    try:
-        validate_name(name)
-    except UsageError as exc:
-        raise ValueError(str(exc)) from None
-    if redis_url is not None:
-        if not isinstance(redis_url, str):
-            raise TypeError(f"redis_url must be a str or None, not {type(redis_url).__name__}")
-        try:
-            validate_redis_url(redis_url)
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
-    if on_lost not in ("raise", "flag"):
-        raise ValueError(f"on_lost must be 'raise' or 'flag', not {on_lost!r}")
-    return BlockSpec(
-        name=name,
-        ttl=None if ttl is None else _seconds(ttl, "ttl", minimum=1),
-        wait=_seconds(wait, "wait", allow_zero=True),
-        redis_url=redis_url,
-        on_lost="raise" if on_lost == "raise" else "flag",
-    )
 
 
 # -- what the record says the block is -------------------------------------------------------------
@@ -145,71 +80,6 @@ def program() -> list[str]:
 def site_of(module: object, qualname: object) -> str:
     """``myapp.tasks:sync_invoices``: the function (or module) whose block took the lock."""
     return f"{module or '?'}:{qualname or '?'}"
-
-
-# -- this process's holds --------------------------------------------------------------------------
-
-
-class _Holds:
-    """The names this process's blocks hold or wait for, and the local backends they share."""
-
-    def __init__(self) -> None:
-        self.changed = threading.Condition()
-        self.owners: dict[tuple[str, ...], set[Owner]] = {}
-        # The local backend of a name whose last wait left a helper asleep on its lock file, for the next
-        # block of the name: that helper's descriptor may be closed only by it (backends/local/waiting.py).
-        self.local_backends: dict[tuple[str, ...], Backend] = {}
-
-    def take(self, key: tuple[str, ...], owner: Owner, *, exclusive: bool, until: float) -> str | None:
-        """Hold ``key`` for ``owner``; None when held, else why not: "self" (``owner`` holds it
-        already: a block of the name inside another), "process" (``exclusive``: another owner of this
-        process holds it, and did not let go before ``until``, monotonic)."""
-        with self.changed:
-            while True:
-                owners = self.owners.setdefault(key, set())
-                if owner in owners:
-                    return "self"
-                if not exclusive or not owners:
-                    owners.add(owner)
-                    return None
-                left = until - time.monotonic()
-                if left <= 0:
-                    return "process"
-                self.changed.wait(left)
-
-    def give(self, key: tuple[str, ...], owner: Owner) -> None:
-        with self.changed:
-            owners = self.owners.get(key)
-            if owners is not None:
-                owners.discard(owner)
-                if not owners:
-                    del self.owners[key]
-            self.changed.notify_all()
-
-    def local_backend(self, key: tuple[str, ...], make: Callable[[], Backend]) -> Backend:
-        """The local backend of the name ``key`` (called by the owner of that name only)."""
-        backend = self.local_backends.get(key)
-        if backend is None:
-            backend = self.local_backends[key] = make()
-        return backend
-
-    def retire(self, key: tuple[str, ...]) -> None:
-        """Forget the local backend of ``key``: it was closed, and nothing of it outlives that."""
-        self.local_backends.pop(key, None)
-
-
-_HOLDS = _Holds()
-
-
-def _forked() -> None:
-    # A child of fork holds none of its parent's locks (nor the kernel locks: POSIX locks are not
-    # inherited), and no thread of the parent runs in it: it starts afresh.
-    global _HOLDS
-    _HOLDS = _Holds()
-    after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 # -- one block's run -------------------------------------------------------------------------------
@@ -284,7 +154,7 @@ class BlockRun:
         assert self.hold_key is not None and self.journal is not None
         give_up_at = time.monotonic() + spec.wait
         self.journal.acquire_began()
-        why = _HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at)
+        why = HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at)
         if why is not None:
             self.hold_key = None  # not ours to give back
             whose = "this thread" if self.owner[0] == "thread" else "this task"
@@ -303,7 +173,7 @@ class BlockRun:
             if resolved.redis_url:
                 self.backend = make()
             else:
-                self.backend = _HOLDS.local_backend(self.hold_key, make)
+                self.backend = HOLDS.local_backend(self.hold_key, make)
                 self.shared_backend = True
             self.client = LeaseClient(self.backend, spec.name, resolved.ttl, run_id=self.run_id, argv=self.command,
                                       report=_report)
@@ -528,138 +398,7 @@ class BlockRun:
             with contextlib.suppress(Exception):
                 backend.close()
             if self.shared_backend and self.hold_key is not None and not getattr(backend, "waiting", False):
-                _HOLDS.retire(self.hold_key)
+                HOLDS.retire(self.hold_key)
         if self.hold_key is not None:
-            _HOLDS.give(self.hold_key, self.owner)
+            HOLDS.give(self.hold_key, self.owner)
             self.hold_key = None
-
-
-# -- the public objects ----------------------------------------------------------------------------
-
-
-class Lease:
-    """What a block holds: the fencing token, and whether the lease is still ours.
-
-    ``token`` is the fencing token (an int that strictly increases with every acquisition of the
-    name): pass it to a resource that can refuse a stale writer. ``lost`` turns True when the
-    lease is lost; :meth:`check` raises LeaseLost then, and also after the block (nothing is held
-    any more) and in a process forked inside it (the lease is its parent's).
-    """
-
-    __slots__ = ("_run",)
-
-    def __init__(self, run: BlockRun) -> None:
-        self._run = run
-
-    @property
-    def name(self) -> str:
-        return self._run.name
-
-    @property
-    def token(self) -> int:
-        """The fencing token."""
-        lease = self._run.lease
-        assert lease is not None
-        return lease.fencing_token
-
-    @property
-    def run_id(self) -> str:
-        """This run's id in the ledger (``lockrun history``, ``lockrun show``)."""
-        return self._run.run_id
-
-    @property
-    def lost(self) -> bool:
-        """Whether the lease was lost (it was taken over or cleared, or could not be renewed in time)."""
-        return self._run.lost_reason is not None
-
-    @property
-    def reason(self) -> str | None:
-        """Why the lease was lost, or None."""
-        return self._run.lost_reason
-
-    @property
-    def held(self) -> bool:
-        """Whether this process holds the lease now: inside the block, and not lost."""
-        run = self._run
-        return os.getpid() == run.pid and not run.left and not run.ended and run.current_problem() is None
-
-    def check(self) -> None:
-        """Raise LeaseLost unless this process holds the lease now (see :attr:`held`)."""
-        run = self._run
-        if os.getpid() != run.pid:
-            raise LeaseLost(f"the lease on {run.name!r} is held by process {run.pid}, not by this one (forked"
-                            " inside the block)", name=run.name, reason="not this process's lease")
-        problem = run.current_problem()
-        if problem is not None:
-            raise run.lost_error(problem)
-        if run.left or run.ended:
-            raise LeaseLost(f"the block of {run.name!r} has ended: its lease was released", name=run.name,
-                            reason="released")
-
-    def __repr__(self) -> str:
-        run = self._run
-        state = "lost" if run.lost_reason else ("released" if run.left else "held")
-        token = run.lease.fencing_token if run.lease else None
-        return f"<lockrun.Lease {run.name!r} token={token} {state}>"
-
-
-class LockBlock:
-    """``lockrun.lock(...)``: a context manager; each ``with`` is a run of its own, in any thread."""
-
-    def __init__(self, spec: BlockSpec, site: str | None = None) -> None:
-        self.spec = spec
-        self._site = site  # the decorated function; None: the code that enters the block
-        self._guard = threading.Lock()
-        self._runs: list[BlockRun] = []  # entered and not yet left, oldest first
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def __repr__(self) -> str:
-        return f"lockrun.lock({self.spec.name!r}, ttl={self.spec.ttl!r}, wait={self.spec.wait!r})"
-
-    def __enter__(self) -> Lease:
-        frame = sys._getframe(1)
-        site = self._site or site_of(frame.f_globals.get("__name__"), getattr(frame.f_code, "co_qualname",
-                                                                              frame.f_code.co_name))
-        main = threading.current_thread() is threading.main_thread()
-        run = BlockRun(self.spec, site, ("thread", threading.get_ident()), main=main)
-        run.enter()
-        with self._guard:
-            self._runs.append(run)
-        return Lease(run)
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
-        me = threading.get_ident()
-        with self._guard:
-            mine = [run for run in self._runs if run.thread_id == me]
-            if not mine and not self._runs:
-                raise RuntimeError(f"lockrun.lock({self.spec.name!r}) left without being entered")
-            run = (mine or self._runs)[-1]
-            self._runs.remove(run)
-        instead = run.leave(exc)
-        if instead is not None:
-            raise instead from None
-        return False
-
-
-TRANSITIONS.update({LockBlock.__enter__.__code__, LockBlock.__exit__.__code__})
-
-
-def lock(
-    name: str, *, ttl: float | str | None = None, wait: float | str = 0, redis_url: str | None = None,
-    on_lost: OnLost = "raise",
-) -> LockBlock:
-    """A block under the lock ``name`` (docs/python.md): ``with lockrun.lock("report", ttl="2m") as lease:``.
-
-    ``ttl``: the lease, renewed every ttl/3 (seconds or "2m"; at least 1 s; None: LOCKRUN_TTL, the
-    config file's ``ttl``, else 60 s). ``wait``: how long to wait for a busy lock (0: not at all).
-    ``redis_url``: None resolves as the CLI does (LOCKRUN_REDIS_URL, the config file, else the local
-    backend). ``on_lost``: "raise" (LeaseLost in the thread that entered the block, by the lease's
-    end at the latest) or "flag" (``lease.lost`` turns True, ``lease.check()`` raises).
-
-    Entering raises Busy (or Paused), Unavailable, or a LockrunError for bad settings; wrong arguments
-    raise TypeError or ValueError here, at once.
-    """
-    return LockBlock(block_spec(name, ttl, wait, redis_url, on_lost))

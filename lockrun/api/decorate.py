@@ -6,7 +6,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lockrun.api.block import LockBlock, OnLost, block_spec, site_of
+from lockrun.api.block import site_of
+from lockrun.api.lock import LockBlock
+from lockrun.api.spec import OnLost, block_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 

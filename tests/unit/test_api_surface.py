@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lockrun
-from lockrun.api.block import block_spec
+from lockrun.api.spec import block_spec
 from lockrun.core import errors
 
 PACKAGE = Path(lockrun.__file__).parent
