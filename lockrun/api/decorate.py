@@ -22,9 +22,13 @@ def locked(
 ) -> Callable[[F], F]:
     """``@lockrun.locked("report")``: every call of the function is a block under the lock (an ``async
     def`` one under :func:`lockrun.lock_async`). Its record names the function."""
+    if callable(name):  # @lockrun.locked without its parentheses
+        raise TypeError('@lockrun.locked takes the lock name: write @lockrun.locked("name")')
     spec = block_spec(name, ttl, wait, redis_url, on_lost)
 
     def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise TypeError(f"@lockrun.locked({name!r}) decorates a function, not {type(fn).__name__}")
         site = site_of(getattr(fn, "__module__", None), getattr(fn, "__qualname__", None))
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_flags & CO_COROUTINE:

@@ -75,3 +75,12 @@ def test_good_arguments() -> None:
     with pytest.raises(ValueError, match="cannot parse it") as refused:
         block_spec("x", None, 0, "redis://:pw@h:99999/0", "raise")
     assert "pw" not in str(refused.value) and ":***@" in str(refused.value)  # never the password
+
+
+def test_the_decorator_refuses_what_it_cannot_decorate() -> None:
+    with pytest.raises(TypeError, match=r'write @lockrun.locked\("name"\)'):
+        lockrun.locked(print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"decorates a function, not int"):
+        lockrun.locked("job")(42)  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="invalid lock name"):
+        lockrun.locked("no spaces")
