@@ -121,6 +121,8 @@ def main(folder: str, command: str) -> None:
         rows.extend(waiters_rows(load(d, "waiters")))
     if (d / "redis_import.json").exists():
         rows.append(redis_import_row(load(d, "redis_import")))
+    if (d / "api_import.json").exists():
+        rows.append(api_import_row(load(d, "api_import")))
     if (d / "fleet_memory.json").exists():
         rows += fleet_memory_rows(load(d, "fleet_memory"))
     if (d / "keyspace.json").exists():
@@ -220,6 +222,21 @@ def redis_import_row(r: dict) -> tuple[str, str, str, str]:
                  f" {wall[unused] - floor:+.0f} ms; the Redis run path's imports by redis-py version: {paths}")
     return ("what the Redis run path imports (`import lockrun.backends.redis.backend`; -X importtime, cumulative,"
             " medians)", text, "measured (no target)", "-")
+
+
+def api_import_row(a: dict) -> tuple[str, str, str, str]:
+    """bench/api_import.py: what the Python API costs a program that imports lockrun, and one block."""
+    ms = a["median_ms"]
+    floor = ms["python -c pass"]
+    text = (f"`import lockrun` {ms['import lockrun'] - floor:+.1f} ms, `lockrun.lock` "
+            f"{ms['import lockrun; lockrun.lock'] - floor:+.1f} ms ({a['modules_loaded_by_lock']} modules),"
+            " `lockrun.lock_async` "
+            f"{ms['import lockrun; lockrun.lock_async'] - floor:+.1f} ms; a process running one block: local "
+            f"{ms['one block (local)'] - floor:+.1f} ms, Redis {ms['one block (redis)'] - floor:+.1f} ms (`lockrun -n b"
+            f" -- true`: {ms['lockrun -n b -- true (local)'] - floor:+.1f} and"
+            f" {ms['lockrun -n b -- true (redis)'] - floor:+.1f} ms)")
+    return ("the Python API (`bench/api_import.py`; wall clock above `python -c pass`, medians)", text,
+            "`import lockrun`: nothing", "met" if ms["import lockrun"] - floor < 1.0 else "**missed**")
 
 
 def fleet_memory_rows(fm: dict) -> list[tuple[str, str, str, str]]:

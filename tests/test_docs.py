@@ -146,7 +146,7 @@ def test_crontab_lines_escape_percent_and_find_lockrun_under_crons_path():
             f"README line {line.line_no}: cron's PATH is /usr/bin:/bin; name /usr/local/bin/lockrun or set PATH=")
 
 
-LAYERS = "core|system|backends|ledger|config|run|views|render|cli"
+LAYERS = "core|system|backends|ledger|config|run|views|render|cli|api"
 LAYER_PATH = re.compile(rf"(?:lockrun/)?((?:{LAYERS})/[a-z_/]*?[a-z_]+\.py)")
 
 

@@ -57,6 +57,9 @@ def test_one_install_places_everything_and_never_overwrites_the_config(tmp_path:
     version = subprocess.run([str(placed / "lib" / "lockrun" / "bin" / "python"), "-m", "lockrun", "--version"],
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert version.returncode == 0 and version.stdout.startswith("lockrun "), version
+    # The wheel (hatchling) ships the Python API's types: py.typed and the stub of the lazy exports.
+    (package,) = (placed / "lib" / "lockrun" / "lib").glob("python3*/site-packages/lockrun")
+    assert (package / "py.typed").is_file() and (package / "__init__.pyi").is_file()
     man_page = placed / "share" / "man" / "man1" / "lockrun.1"
     assert man_page.read_bytes() == (ROOT / "man" / "lockrun.1").read_bytes()
     rendered = subprocess.run(["man", "-l", str(man_page)], capture_output=True, text=True, timeout=60,

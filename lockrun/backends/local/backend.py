@@ -419,3 +419,11 @@ class LocalBackend:
         self._held.clear()
         if self._waits is not None:
             self._waits.forget(set())  # nothing held any more: every finished helper's descriptor may go
+            if self._waits.close():  # and the pipe, unless a helper still sleeps
+                self._waits = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a helper of an earlier wait still sleeps on a lock file after :meth:`close`: its
+        descriptor and pipe stay open until it wakes, and only this backend may close them."""
+        return self._waits is not None

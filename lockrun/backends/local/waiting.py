@@ -61,6 +61,7 @@ class _Helper:
         self.fd = fd
         self.identity = _identity(os.fstat(fd))
         self.done = threading.Event()
+        self.over = threading.Event()  # done, and the pipe written to: it will never touch the pipe again
         self._wake_fd = wake_fd
         threading.Thread(target=self._block, name="lockrun-local-wait", daemon=True).start()
 
@@ -75,6 +76,7 @@ class _Helper:
         self.done.set()
         with contextlib.suppress(OSError):  # a full pipe already wakes the waiter
             os.write(self._wake_fd, WOKEN)
+        self.over.set()
 
 
 class KernelWaits:
@@ -144,6 +146,18 @@ class KernelWaits:
             while chunk := os.read(self._read_fd, 512):
                 chunks.append(chunk)
         return b"".join(chunks)
+
+    def close(self) -> bool:
+        """Close the pipe and every helper's descriptor, unless a helper still sleeps (it will write
+        to the pipe when it wakes): whether all is closed. Only for a caller that holds none of the
+        lock files (a process that takes a name again and again must not keep a pipe per name)."""
+        helpers = [*self._finished, *self._helpers.values()]
+        if not all(helper.over.is_set() for helper in helpers):
+            return False
+        self.forget(set())
+        for fd in (self._read_fd, self._write_fd):
+            os.close(fd)
+        return True
 
     def forget(self, held: set[tuple[int, int]]) -> None:
         """Close the descriptors of finished helpers, except on files in ``held`` (the (device, inode)

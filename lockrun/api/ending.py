@@ -1,0 +1,63 @@
+"""How a block ended, as a run's outcome: the ledger status, the exit status the CLI would give the
+same end, and the note (docs/python.md "What a block records"). Pure: no clock, no backend.
+
+    the block ended without an exception, or with SystemExit(0)  succeeded  exit 0
+    it raised (SystemExit(N): exit N, else 1)                    failed     note: raised TYPE
+    KeyboardInterrupt (Ctrl-C, SIGINT)                            killed     signal 2, exit 130
+    the lease was lost (on_lost="raise"), whatever it raised      lost       exit 76, note: why
+    the lease was lost under on_lost="flag" and it went on        as above, with a note that it was lost
+                                                                 (--on-lost continue's row);
+                                                                 lost if it raised LeaseLost (check())
+"""
+
+from __future__ import annotations
+
+import signal
+
+from lockrun.core.errors import ExitCode
+from lockrun.core.record import Status
+from lockrun.run.outcome import Outcome
+
+
+def type_name(exc: BaseException) -> str:
+    """``ValueError``, ``myapp.jobs.SyncError``: what a note says an exception was (never its
+    message, which may hold anything, secrets included)."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _exit_status(code: object) -> int:
+    """SystemExit's code as a process would exit with it: None 0, a number as is (within 0-255), else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    return 1
+
+
+def block_outcome(
+    error: BaseException | None, *, lost: str | None, raise_on_lost: bool, lost_raised: bool, fencing_token: int,
+) -> Outcome:
+    """The outcome of a block that ended with ``error`` (None: it did not raise) under a lease that
+    was lost for the reason ``lost`` (None: it was kept). ``raise_on_lost``: on_lost="raise";
+    ``lost_raised``: ``error`` is the LeaseLost of this very lease (delivered, or from ``check()``)."""
+    if lost is not None and (raise_on_lost or lost_raised):
+        note = f"lease lost: {lost}"
+        if error is not None and not lost_raised:
+            note += f"; the block raised {type_name(error)}"
+        return Outcome(exit_code=ExitCode.LOST, status=Status.LOST, fencing_token=fencing_token, note=note,
+                       lease_lost=True)
+    if error is None or (isinstance(error, SystemExit) and _exit_status(error.code) == 0):
+        outcome = Outcome(exit_code=ExitCode.OK, status=Status.SUCCEEDED, command_exit=0, fencing_token=fencing_token)
+    elif isinstance(error, KeyboardInterrupt):
+        sigint = int(signal.SIGINT)
+        outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + sigint, status=Status.KILLED, signal=sigint,
+                          fencing_token=fencing_token, note="KeyboardInterrupt")
+    else:
+        code = _exit_status(error.code) if isinstance(error, SystemExit) else 1
+        what = f"SystemExit({code})" if isinstance(error, SystemExit) else type_name(error)
+        outcome = Outcome(exit_code=code, status=Status.FAILED, command_exit=code, fencing_token=fencing_token,
+                          note=f"raised {what}")
+    if lost is not None:  # on_lost="flag": the block went on (--on-lost continue's row)
+        outcome = outcome.noted(f"lease lost: {lost}")._replace(lease_lost=True)
+    return outcome
