@@ -62,6 +62,29 @@ def test_man_page_is_current():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_reference_table_of_settings_is_current():
+    """docs/reference.md "Every setting" is made from the table the code reads (config/options.py)."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_reference.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_setting_is_one_row_made_into_its_flag_help_and_config_key():
+    """Adding a run option is one row: its flag, --help line and config key all come from it."""
+    from lockrun.cli.options import help_text
+    from lockrun.config.options import FILE_KEYS, JOB_KEYS, OPTIONS, RUN
+
+    run = every_command()["run"]
+    by_name = {param.name: param for param in run.params}
+    for option in OPTIONS:
+        if option.flags and option.scope in (RUN, "global"):
+            param = by_name[option.key]
+            assert tuple(param.opts) == option.flags and param.help == help_text(option), option.key
+        if option.key not in ("name", "config"):
+            assert option.key in FILE_KEYS and (option.scope != RUN or option.key in JOB_KEYS), option.key
+        assert f"`{option.key}`" in REFERENCE or option.key in ("name", "config"), option.key
+
+
 def test_man_page_renders_without_warnings():
     if shutil.which("groff") is None:
         pytest.fail("groff is not installed (apt-get install groff-base); .ci/run installs it")

@@ -29,7 +29,7 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 COMMAND_MODULES = {
     "run": "run", "status": "locks", "check": "check", "unlock": "locks", "pause": "pausing",
     "resume": "pausing", "history": "records", "timeline": "timeline", "prune": "records", "show": "records",
-    "metrics": "records", "doctor": "doctor", "completion": "completion",
+    "metrics": "records", "config": "show_config", "doctor": "doctor", "completion": "completion",
 }
 
 

@@ -48,7 +48,7 @@ class Option(Generic[T]):
         self.help = help
         self.flags = flags  # none: a config file key (and an environment variable) only
         self.env = env
-        self.metavar = metavar
+        self.metavar = metavar or ("|".join(choices) if choices else None)
         self.scope = scope
         self.sets = sets  # a flag that takes no value sets this one (--syslog: True, --no-tail: False)
         self.choices = choices  # offered by completion; parse checks them
@@ -245,7 +245,7 @@ NAME: Option[str | None] = Option(
 TTL = Option(
     "ttl", seconds(1.0), float(defaults.DEFAULT_TTL),
     f"Lease length ({_range(1)}): seconds (90) or with a unit (90s, 2m, 1.5h, 7d), as every time value takes;"
-    " renewed every TTL/3.", flags=("--ttl",), env="LOCKRUN_TTL", metavar="DURATION")
+    " renewed every TTL/3.", flags=("--ttl",), env="LOCKRUN_TTL", metavar="DURATION", shown_default="60")
 WAIT: Option[float | None] = Option(
     "wait", seconds(allow_zero=True), None,
     f"Wait up to DURATION ({_range(allow_zero=True)}: 600, 10m) for a busy lock; a release wakes waiters at once.",

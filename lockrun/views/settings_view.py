@@ -1,0 +1,42 @@
+"""What ``lockrun config NAME`` shows: every setting a run of NAME would use, resolved as the run
+resolves it (config/resolve.py), and where each value came from (docs/reference.md "Every setting")."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from lockrun.config.options import NAME, REDIS_URL
+from lockrun.config.resolve import Plan
+
+
+class Setting(NamedTuple):
+    key: str
+    value: Any  # as JSON gives it: a number of seconds, a string, a list, true/false or null
+    source: str  # flag, env LOCKRUN_TTL, FILE [job.NAME], FILE or default
+
+
+def settings_of(plan: Plan) -> list[Setting]:
+    """Each setting of the plan but the name (the command's argument), in the table's order; a
+    Redis URL without its password (README "Exit codes": passwords never appear in output)."""
+    return [Setting(option.key, _shown(option.key, value), source)
+            for option, value, source in plan.settings() if option is not NAME]
+
+
+def _shown(key: str, value: Any) -> Any:
+    if key == REDIS_URL.key and value:
+        from lockrun.backends.redis.url import redact_url
+
+        return redact_url(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # 420, not 420.0: seconds as a person writes them
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def settings_json(name: str, settings: list[Setting]) -> dict[str, Any]:
+    """``{"name": …, "settings": {"ttl": {"value": 420, "source": "…"}, …}}``."""
+    return {"name": name, "settings": {setting.key: {"value": setting.value, "source": setting.source}
+                                       for setting in settings}}
+
+
