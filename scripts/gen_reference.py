@@ -38,7 +38,8 @@ def config_of(option: Option[object]) -> str:
 
 
 def table() -> str:
-    lines = [BEGIN, "", "| flag | env | config key | default | a value must be | meaning |", "|---|---|---|---|---|---|"]
+    lines = [BEGIN, "", "| flag | env | config key | default | a value must be | meaning |",
+             "|---|---|---|---|---|---|"]
     for option in OPTIONS:
         env = f"`{option.env}`" if option.env else ""
         lines.append(f"| {flags_of(option)} | {env} | {config_of(option)} | {cell(option.default_text)} |"
