@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from lockrun.backends.redis.url import redact_url, validate_redis_url
 from lockrun.config import file, settings, values
 from lockrun.core.errors import ConfigError, UsageError
+from lockrun.core.redis_url import redact_url, validate_redis_url
 
 
 @pytest.mark.parametrize("name", ["a", "sync-invoices", "A.b_c:d@e/f-g", "9" * 200])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config.values import parse_time_span, validate_name
 from lockrun.core.errors import UsageError
+from lockrun.core.redis_url import validate_redis_url
 
 OnLost = Literal["raise", "flag"]
 

@@ -135,6 +135,10 @@ class Backend(Protocol):
         """The held locks (all, or the named ones that are held): one Holder per holder,
         so a --slots lock may appear several times, and a cooling one appears too."""
 
+    def eviction_warnings(self) -> list[str]:
+        """One line per server a lock may live on that may evict keys, or will not say (docs/guarantees.md
+        "A Redis that evicts keys"): for ``status`` and ``check``; the local backend has none."""
+
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
         """What ``lockrun doctor`` judges, read without changing anything (docs/operating.md
         "Checking the setup: lockrun doctor"): Redis, its deployment and every master a name may

@@ -25,8 +25,6 @@ RENEWED = "renewed"
 LOST = "lost"  # the token no longer matches: expired, cleared or taken over
 PREEMPTED = "preempted"  # still ours, but another run asked to replace it (--replace)
 
-# --replicas all: as many replicas as the master has (asked at acquire time).
-ALL_REPLICAS = "all"
 
 
 class Lease(NamedTuple):

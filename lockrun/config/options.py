@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from lockrun.backends.redis.url import validate_redis_url
 from lockrun.config import values
 from lockrun.core import defaults
 from lockrun.core.errors import UsageError
 from lockrun.core.printable import quoted
+from lockrun.core.redis_url import validate_redis_url
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

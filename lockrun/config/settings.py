@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lockrun.backends.redis.url import redact_url, url_without_credentials
 from lockrun.config import options
 from lockrun.config.file import read_password_file
 from lockrun.config.resolve import Plan, resolve
+from lockrun.core.redis_url import redact_url, url_without_credentials
 
 
 class Settings:

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lockrun.backends.values import ALL_REPLICAS
 from lockrun.core.clock import exact_duration
 from lockrun.core.defaults import (
+    ALL_REPLICAS,
     MAX_DURATION_S,
     MAX_JITTER_S,
     MAX_REPLICAS,

@@ -101,3 +101,6 @@ MAX_RETRY_DELAY_S = 86400.0
 MAX_JITTER_S = 86400.0
 #: --success-exit: codes 1 to 255, at most 32 of them.
 MAX_SUCCESS_EXITS = 32
+
+#: ``--replicas all``: every replica in sync with the master (backends/redis/replicas.py).
+ALL_REPLICAS = "all"

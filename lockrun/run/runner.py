@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
-from lockrun.backends.redis.url import environment_for_command
 from lockrun.backends.values import LOST, PREEMPTED, Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.config import options as o
 from lockrun.core.clock import exact_duration, iso_ago, utc_now_iso
@@ -42,6 +41,7 @@ from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode
 from lockrun.core.masking import mask_command
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
+from lockrun.core.redis_url import environment_for_command
 from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import RunRecord
 from lockrun.run.backstop import Backstop

@@ -24,7 +24,7 @@ def settings_of(plan: Plan) -> list[Setting]:
 
 def _shown(key: str, value: Any) -> Any:
     if key == REDIS_URL.key and value:
-        from lockrun.backends.redis.url import redact_url
+        from lockrun.core.redis_url import redact_url
 
         return redact_url(value)
     if isinstance(value, float) and value.is_integer():

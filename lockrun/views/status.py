@@ -353,11 +353,4 @@ def status_report(resolved: Settings, names: list[str] | None, every_name: bool 
 def evicting_servers(backend: Backend) -> list[str]:
     """One warning line per Redis server that may evict keys (docs/guarantees.md "A Redis that evicts keys"):
     one INFO memory per server, after the locks were read."""
-    if backend.name != "redis":
-        return []
-    from lockrun.backends.redis.backend import RedisBackend
-    from lockrun.backends.redis.eviction import status_warning
-
-    if not isinstance(backend, RedisBackend):
-        return []
-    return [status_warning(found) for found in backend.evicting_servers()]
+    return backend.eviction_warnings()

@@ -277,6 +277,9 @@ class FakeBackend(Backend):
             if (held := self._held(name)) is not None
         ]
 
+    def eviction_warnings(self) -> list[str]:
+        return []
+
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
         return BackendAudit("fake", "memory")
 

@@ -402,6 +402,9 @@ class LocalBackend:
     def holders(self, names: list[str] | None = None) -> list[Holder]:
         return self.inspection.holders(names)
 
+    def eviction_warnings(self) -> list[str]:
+        return []  # kernel locks are never evicted
+
     def audit(self, probe_ttl: float | None = None) -> BackendAudit:
         """The state directory and its lock directory as they are (docs/operating.md "Checking the
         setup: lockrun doctor"): kernel locks on this host have nothing else to audit, nor to probe."""

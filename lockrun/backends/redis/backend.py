@@ -210,6 +210,11 @@ class RedisBackend:
                            f" write ({what}); it records the time zone of the name's --once periods: delete it by"
                            f" hand (redis-cli DEL '{key}')")
 
+    def eviction_warnings(self) -> list[str]:
+        from lockrun.backends.redis.eviction import status_warning
+
+        return [status_warning(found) for found in self.evicting_servers()]
+
     def evicting_servers(self) -> list[Eviction]:
         """For ``status``: the servers a lock may live on (every master of a Cluster) that may evict
         keys, or that do not say, by what INFO memory says: one command per server."""

@@ -27,9 +27,9 @@ from redis.sentinel import Sentinel
 from lockrun.backends.redis.keys import lock_keys, name_in_key
 from lockrun.backends.redis.replies import int_or_none, text
 from lockrun.backends.redis.script_call import ScriptCall
-from lockrun.backends.redis.url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, ClusterURL, parse_cluster_url, redact_url
 from lockrun.core.errors import BackendUnavailable, ForeignData, NothingTaken, UsageError
 from lockrun.core.printable import quoted
+from lockrun.core.redis_url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, ClusterURL, parse_cluster_url, redact_url
 
 # Everything redis-py raises for a server that cannot serve us (RedisClusterException is
 # not a RedisError: it says a cluster's slot map could not be had).

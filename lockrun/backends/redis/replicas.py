@@ -19,8 +19,9 @@ from lockrun.backends.redis.keys import lock_keys
 from lockrun.backends.redis.replies import script_int, text
 from lockrun.backends.redis.script_call import ScriptCall
 from lockrun.backends.redis.scripts import renew_call
-from lockrun.backends.values import ALL_REPLICAS, Lease
+from lockrun.backends.values import Lease
 from lockrun.core.clock import utc_now_iso
+from lockrun.core.defaults import ALL_REPLICAS
 from lockrun.core.errors import ReplicasMissing
 
 #: With --replicas, WAIT may block for this share of the call timeout, less WAIT_LATE, so
