@@ -54,6 +54,24 @@ def test_tls_with_the_right_ca_works(env, tls_server, certificates):
     assert url_form.returncode == 0, url_form.stderr
 
 
+def test_every_fresh_tls_connection_is_taken_however_soon_the_servers_session_tickets_come(tls_server, certificates):
+    """redis-py 8.2's hiredis parser took the TLS 1.3 session tickets a server sends right after the
+    handshake for a reply nobody asked for, and refused about one new connection in five ("Connection
+    not ready", exit 69): lockrun's client reads TLS with the Python parser (backends/redis/client.py)."""
+    from lockrun.backends.redis.client import RedisConnection
+
+    refused = []
+    for _ in range(60):
+        connection = RedisConnection(tls_server.tls_url, "lockrun:", 5.0, ca=certificates["ca"])
+        try:
+            connection.call(connection.client.ping)
+        except Exception as exc:  # noqa: BLE001 - every refusal is counted and shown
+            refused.append(str(exc))
+        finally:
+            RedisConnection.close(connection.client)
+    assert refused == []
+
+
 def test_tls_verification_is_on_by_default(env, tls_server, certificates):
     env["LOCKRUN_REDIS_URL"] = tls_server.tls_url
     for extra in ([], ["--redis-ca", certificates["other_ca"]]):  # the system's CAs, then a wrong one

@@ -58,6 +58,20 @@ def _bounded(timeout: float, connect_timeout: float) -> dict[str, Any]:
     )
 
 
+def _tls_reading(tls: bool) -> dict[str, Any]:
+    """On TLS, replies are read by redis-py's pure-Python parser. Before a new connection's first
+    command, redis-py 8.2's hiredis parser asks the raw socket whether it holds data already; the
+    session tickets a TLS 1.3 server sends after the handshake are such data (at the TLS layer, not
+    Redis's), and about one connection in five was refused ("Connection not ready": exit 69). The
+    reply to CLIENT SETINFO, which lockrun skips (_no_client_setinfo), would have consumed them; the
+    Python parser asks the TLS layer, which does. A handful of short replies per run: no cost."""
+    if not tls:
+        return {}
+    from redis._parsers import _RESP2Parser  # redis-py's own name for it, from 5.0 to 8.2 (the CI legs)
+
+    return {"parser_class": _RESP2Parser}
+
+
 def _url_options(url: str) -> dict[str, Any]:
     options: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
     return options
@@ -77,6 +91,7 @@ def _connection_pool(
     options.pop("retry_on_timeout", None)
     if ca and url.startswith("rediss://"):
         options.setdefault("ssl_ca_certs", ca)  # a ?ssl_ca_certs= in the URL says it more precisely
+    options.update(_tls_reading(url.startswith("rediss://")))
     pool = ConnectionPool(**options)
     try:
         # A connection object is built lazily, at the first command; build one now (it does not
@@ -136,7 +151,7 @@ class RedisConnection:
         return self._cluster(self.topology, timeout)
 
     def _tls(self, topology: ClusterURL) -> dict[str, Any]:
-        return {"ssl_ca_certs": self.ca} if topology.tls and self.ca else {}
+        return {**({"ssl_ca_certs": self.ca} if topology.tls and self.ca else {}), **_tls_reading(topology.tls)}
 
     def _cluster(self, topology: ClusterURL, timeout: float) -> RedisCluster:
         nodes = [ClusterNode(host, port) for host, port in topology.nodes]  # type: ignore[no-untyped-call]  # redis-py leaves ClusterNode unannotated
