@@ -2,13 +2,14 @@
 
     journal       (journal.py)       the ledger row "running"
     lease client  (lease_client.py)  acquire; or wait (BLPOP) and --replace until --wait runs out
-    supervise     (here)             the backstop (backstop.py) armed, the command exec'd
+    supervise     (attempt.py)       the backstop (backstop.py) armed, the command exec'd
                                      (supervisor.py), the keeper (keeper.py) renewing; the main
                                      loop (watch.py) stops the command on a lost lease, --replace,
                                      --timeout or a forwarded signal; it and everything it started
                                      (strays.py) are reaped
     outcome       (outcome.py)       exit code, ledger status and note from how the command ended
-    retry         (retry.py)         --retry: a failed attempt's row is final, the lock is kept
+    retry         (retry.py,         --retry: a failed attempt's row is final, the lock is kept
+                  between_attempts.py)
                                      (renewed) through a pause, and the command runs again as a
                                      new attempt, a new row; --jitter sleeps before the acquire
     lease client                     release: compare-and-delete, wake a waiter, the fleet record
@@ -31,36 +32,33 @@ from typing import TYPE_CHECKING
 
 from lockrun.backends.pause import Paused
 from lockrun.backends.protocol import Backend
-from lockrun.backends.values import LOST, PREEMPTED, Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
+from lockrun.backends.values import Duplicate, FleetRecord, Holder, Lease, OnceKey, TooSoon
 from lockrun.config import options as o
-from lockrun.core.clock import exact_duration, iso_ago, utc_now_iso
+from lockrun.core.clock import iso_ago, utc_now_iso
 from lockrun.core.defaults import (
     DEFAULT_FAILURE_TAIL,
 )
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
-from lockrun.core.masking import mask_command
+from lockrun.core.masking import Masking, mask_command
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
 from lockrun.core.redis_url import environment_for_command
 from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import RunRecord
+from lockrun.run.attempt import Attempt, settled
 from lockrun.run.backstop import Backstop
+from lockrun.run.between_attempts import BetweenAttempts
 from lockrun.run.journal import RunJournal
-from lockrun.run.keeper import Keeper, backstop_for, expires_at, lease_problem, must_stop_at
 from lockrun.run.launcher import check_runnable
 from lockrun.run.lease_client import LeaseClient
-from lockrun.run.outcome import Outcome, busy_message, command_outcome, released_as, too_soon_note
+from lockrun.run.outcome import Outcome, busy_message, released_as, too_soon_note
 from lockrun.run.supervisor import Supervisor
-from lockrun.run.watch import REPLACED, watch
 from lockrun.system.collection import resume_after_startup
 
 if TYPE_CHECKING:
     from lockrun.config.resolve import Plan
-    from lockrun.run.capture import OutputSpool
     from lockrun.run.job import Job
     from lockrun.run.notify import Delivery
-    from lockrun.run.retry import PauseEnd
-    from lockrun.run.signals import SignalRelay
 
 
 class Run:
@@ -106,7 +104,6 @@ class Run:
         self._ledger_path, self._keep_days, self._metrics_file = ledger_path, ledger_keep_days, metrics_file
         self.journal = RunJournal(ledger_path, self._record, report=say, keep_days=ledger_keep_days,
                                   metrics_file=metrics_file)
-        self._slow_note: str | None = None  # --warn-after found the command slow
         self.delivery: Delivery | None = None
         if plan[o.PING] or plan[o.NOTIFY_URLS]:
             from lockrun.run.notify import Delivery  # only runs that asked for a delivery pay for it
@@ -134,12 +131,13 @@ class Run:
         self.journal.say_problem(command_runs=False, error_said=self._error_said)
         self.journal.mark_ended()
         # The lock is released by now: telling someone may take seconds, never the lease.
-        outcome = self._deliver(outcome)
+        if self.delivery is not None:
+            outcome = delivered(self.delivery, self.journal, outcome, self.job.masking, self.report)
         self.journal.finish(outcome)
-        self._to_syslog(self.journal, outcome)
+        self.to_syslog(self.journal, outcome)
         return outcome
 
-    def _to_syslog(self, journal: RunJournal, outcome: Outcome) -> None:
+    def to_syslog(self, journal: RunJournal, outcome: Outcome) -> None:
         """--syslog: one line for a finished run, or for each finished --retry attempt."""
         if not self.plan[o.SYSLOG]:
             return
@@ -170,7 +168,7 @@ class Run:
         try:
             try:
                 if self.plan[o.JITTER] > 0 and self._jittered(supervisor):
-                    return self._interrupted(supervisor.signals.received[0], "during --jitter, before the first"
+                    return self.interrupted(supervisor.signals.received[0], "during --jitter, before the first"
                                                                                " try for the lock")
                 backend = self.backend_factory(self.call_timeout)
                 resume_after_startup()  # everything a run imports up front is loaded by now
@@ -204,7 +202,7 @@ class Run:
         self.report("info", f"--jitter: slept {slept:.3f}s before the first try for {self.job.name!r}")
         return bool(supervisor.signals.received)
 
-    def _interrupted(self, signum: int, when: str, fencing_token: int | None = None) -> Outcome:
+    def interrupted(self, signum: int, when: str, fencing_token: int | None = None) -> Outcome:
         """The run ends for a signal that came before (or between) its command's runs: said, recorded."""
         error = f"interrupted by signal {signum} {when}"
         self.report("error", error)
@@ -212,6 +210,18 @@ class Run:
                        fencing_token=fencing_token)
 
     def _locked_run(self, backend: Backend, supervisor: Supervisor) -> Outcome:
+        lease_client = self._lease_client(backend)
+        got = lease_client.acquire(self.job.wait, replace=self.plan[o.REPLACE], kill_after=self.plan[o.KILL_AFTER],
+                                   interrupted=lambda: bool(supervisor.signals.received),
+                                   interruptible=supervisor.signals.interrupting, get_ready=supervisor.prepare)
+        self.journal.acquire_over()
+        if supervisor.signals.received:
+            return self._interrupted_before_the_command(lease_client, got, supervisor.signals.received[0])
+        if not isinstance(got, Lease):
+            return self._not_run(got)
+        return self._held(backend, supervisor, lease_client, got)
+
+    def _lease_client(self, backend: Backend) -> LeaseClient:
         job, plan = self.job, self.plan
         zone = job.once_zone
         if zone is not None:
@@ -220,43 +230,43 @@ class Run:
         if job.once_key:
             once = OnceKey(job.once_key, plan[o.REMEMBER], zone=zone.name if zone else None,
                            zone_from=zone.source if zone else "")
-        lease_client = LeaseClient(
+        return LeaseClient(
             backend, job.name, plan[o.TTL], run_id=self.run_id, argv=self.recorded_argv, report=self.report,
             slots=plan[o.SLOTS], cadence=job.cadence, once=once, once_every=plan[o.ONCE_EVERY],
         )
-        got = lease_client.acquire(self.job.wait, replace=self.plan[o.REPLACE], kill_after=self.plan[o.KILL_AFTER],
-                                   interrupted=lambda: bool(supervisor.signals.received),
-                                   interruptible=supervisor.signals.interrupting, get_ready=supervisor.prepare)
-        self.journal.acquire_over()
-        if supervisor.signals.received:
-            signum = supervisor.signals.received[0]
-            error = f"interrupted by signal {signum} before the command started"
-            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
-            if isinstance(got, Lease):
-                self.journal.mark_ended()
-                outcome = self._release(lease_client, got, outcome)
-            self.report("error", error)
-            return outcome
-        if isinstance(got, Paused):
-            note = got.describe()
-            self.report("info", f"{self.job.name!r}: {note}; skipped")
-            return Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=note)
-        if isinstance(got, Duplicate):
-            note = f"--once key {got.key!r} already succeeded"
-            self.report("info", f"{self.job.name!r}: {note}; skipped")
-            return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
-        if isinstance(got, TooSoon):
-            note = too_soon_note(got, self.plan[o.ONCE_EVERY] or 0.0)
-            self.report("info", f"{self.job.name!r}: {note}; skipped")
-            return Outcome(exit_code=ExitCode.OK, status=Status.DUPLICATE, note=note)
+
+    def _interrupted_before_the_command(self, lease_client: LeaseClient, got: object, signum: int) -> Outcome:
+        error = f"interrupted by signal {signum} before the command started"
+        outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + signum, status=Status.ERROR, error=error)
+        if isinstance(got, Lease):
+            self.journal.mark_ended()
+            outcome = self._release(lease_client, got, outcome)
+        self.report("error", error)
+        return outcome
+
+    def _not_run(self, got: Paused | Duplicate | TooSoon | Holder) -> Outcome:
+        """The command does not run: the name is paused, its --once key or --once-every says it is
+        done, or another holder has the lock. Said under -v (a malformed holder without it)."""
+        name = self.job.name
         if isinstance(got, Holder):
             note = f"held by {got.describe()}" + (f"; malformed: {got.problem}" if got.problem else "")
             # Data lockrun did not write may never go away by itself: worth a line even without -v.
-            self.report("warn" if got.problem else "info", busy_message(got, self._backend_label()))
+            label = backend_label(self.backend_name, self.backend_where)
+            self.report("warn" if got.problem else "info", busy_message(got, label))
             return Outcome(exit_code=self.plan[o.BUSY_EXIT_CODE], status=Status.BUSY, note=note, holder=got)
-        lease = got
+        if isinstance(got, Paused):
+            note, status = got.describe(), Status.PAUSED
+        elif isinstance(got, Duplicate):
+            note, status = f"--once key {got.key!r} already succeeded", Status.DUPLICATE
+        else:
+            note, status = too_soon_note(got, self.plan[o.ONCE_EVERY] or 0.0), Status.DUPLICATE
+        self.report("info", f"{name!r}: {note}; skipped")
+        return Outcome(exit_code=ExitCode.OK, status=status, note=note)
+
+    def _held(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease) -> Outcome:
+        """The command under the lease (its attempts), then the lock given back."""
         acquired_at = lease.sent_at  # --min-hold counts from the acquisition, whatever the attempts
-        # Armed before the first exec (_supervise), kept through --retry pauses, retired before the release.
+        # Armed before the first exec (Attempt), kept through --retry pauses, retired before the release.
         backstop = Backstop() if self.plan[o.ON_LOST] == "terminate" else None
         try:
             outcome, lease = self._attempts(backend, supervisor, lease_client, lease, backstop)
@@ -264,7 +274,7 @@ class Run:
             if backstop is not None:
                 backstop.disarm()
         if self._spool is not None and self.plan[o.RETRY]:  # the failed attempts' output, each under its line
-            outcome = self._settled(self._spool, outcome)
+            outcome = settled(self._spool, outcome)
         self.journal.mark_ended()
         hold_s = 0.0
         if self.job.min_hold and not outcome.lease_lost:
@@ -277,21 +287,17 @@ class Run:
 
     def _attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
                   backstop: Backstop | None) -> tuple[Outcome, Lease]:
-        """The command under the lease, and under --retry again after each failed attempt that may
-        be retried (retry.py): the last attempt's outcome, and the lease as last renewed."""
-        attempt, current = 1, supervisor
+        """The command under the lease (attempt.py), and under --retry again after each failed attempt
+        that may be retried (retry.py, between_attempts.py): the last attempt's outcome, and the
+        lease as last renewed."""
+        number, current = 1, supervisor
         while True:
             try:
-                self._slow_note = None  # --warn-after is judged per attempt
-                outcome, lease = self._supervise(backend, current, lease, backstop, attempt)
-                if not self.plan[o.RETRY]:
+                outcome, lease = Attempt(self, backend, current, lease, backstop, number).supervise()
+                if not self._retry_due(outcome, number, supervisor):
                     return outcome, lease
-                from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
-
-                if not retry_due(outcome, attempt, self.plan[o.RETRY], bool(supervisor.signals.received)):
-                    return outcome, lease
-                went_on = self._between_attempts(backend, supervisor, lease_client, lease, backstop, outcome,
-                                                 attempt)
+                went_on = BetweenAttempts(self, backend, supervisor.signals, lease_client, backstop,
+                                          number).go_on(lease, outcome)
             except BaseException as exc:
                 # Whatever failed (the command is gone: Supervisor.finish), the lock is given back.
                 self.journal.mark_ended()
@@ -304,132 +310,30 @@ class Run:
                     current.close()
             if isinstance(went_on, Outcome):
                 return went_on, lease  # the run ended in the pause: the next attempt's row says how
-            lease, attempt = went_on, attempt + 1
+            lease, number = went_on, number + 1
             # The previous attempt's group and descendants are gone (Supervisor.finish): a fresh one.
             current = Supervisor(self.job.argv, env={**self._env, "LOCKRUN_RUN_ID": self.run_id},
                                  capture_tail=self._tail_size, keep_detached=self.plan[o.KEEP_DETACHED],
                                  signals=supervisor.signals, spool=self._spool, masking=self.job.masking)
 
-    def _between_attempts(self, backend: Backend, supervisor: Supervisor, lease_client: LeaseClient, lease: Lease,
-                          backstop: Backstop | None, outcome: Outcome, attempt: int) -> Lease | Outcome:
-        """After a failed attempt: record it (its row and fleet event are final), pause with the
-        lock kept, and begin the next attempt; the lease as renewed, or the outcome of a run that
-        ended in the pause (a signal, a lost lease, a --replace) on the next attempt's row."""
-        from lockrun.run.retry import PauseEnd, pause, pause_s
+    def _retry_due(self, outcome: Outcome, number: int, supervisor: Supervisor) -> bool:
+        retry = self.plan[o.RETRY]
+        if not retry:
+            return False
+        from lockrun.run.retry import retry_due  # only runs with --jitter or --retry import it
 
-        signals = supervisor.signals
-        delay = pause_s(attempt, self.plan[o.RETRY_DELAY])
-        self.journal.mark_ended()
-        finished = self.journal
-        sent = time.monotonic()
-        holder = {"attempt": str(attempt + 1), "retry_at": iso_ago(-delay)}
-        shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
-        record = FleetRecord(finished.row(outcome), shared_tail)
-        # Not reached: the keeper goes on renewing, and the fleet record misses this attempt's end.
-        found = self._between(lambda: backend.attempt_over(lease, holder, record), lease, signals,
-                              f"record the end of attempt {attempt}")
-        lease = self._renewed(lease, found, sent)
-        self.report("info", f"{self.job.name!r}: attempt {attempt} {outcome.status} (exit {outcome.exit_code});"
-                            f" attempt {attempt + 1} of {self.plan[o.RETRY] + 1} in {delay:.1f}s, the lock kept")
-        keeper = self._keeper(backend, lease, signals, backstop, child_pid=lambda: None)
-        ended: PauseEnd | None = None
-        try:
-            finished.finish(outcome)  # the attempt's final row, while the keeper renews
-            self._to_syslog(finished, outcome)
-            if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
-                    PauseEnd(Status.LOST, why=keeper.lost_reason or "the lock was taken over or cleared")
-            else:
-                ended = pause(delay, keeper, signals)
-        finally:
-            keeper.stop()
-            if backstop is not None:
-                backstop.suspend()
-        lease = keeper.renewed
-        self._next_attempt(attempt + 1, lease_client)
-        if ended is None:
-            start = lease_client.holder_info()
-            sent = time.monotonic()
-            found = self._between(lambda: backend.attempt_begins(
-                lease, {"run_id": self.run_id, "attempt": str(attempt + 1), "retry_at": ""},
-                {key: start[key] for key in ("run_id", "host", "pid", "command", "started_at", "ttl_ms")}),
-                lease, signals, f"begin attempt {attempt + 1}")
-            lease = self._renewed(lease, found, sent)
-            if found in (LOST, PREEMPTED):
-                ended = PauseEnd(Status.PREEMPTED, why=REPLACED) if found == PREEMPTED else \
-                    PauseEnd(Status.LOST, why="the lock was taken over or cleared (its token no longer matches)")
-            elif found is None and not signals.received:
-                # No attempt starts on a lease the backend has not confirmed since the pause.
-                ended = PauseEnd(Status.LOST, why="the backend could not be reached to begin the attempt")
-            elif signals.received:  # as the pause ended: the next attempt never starts
-                ended = PauseEnd(Status.ERROR, signals.received[0])
-        if ended is None:
-            return lease
-        self.journal.acquire_over()
-        before = f"before attempt {attempt + 1}"
-        if ended.signum is not None:
-            return self._interrupted(ended.signum, f"during the --retry pause, {before}", lease.fencing_token)
-        if ended.status == Status.PREEMPTED:  # not a lost lease: another run asked for it, and has it next
-            said = f"replaced by --replace during the --retry pause {before}"
-            self.report("warn", f"{self.job.name!r}: {said}")
-            return Outcome(exit_code=ExitCode.LOST, status=Status.PREEMPTED, fencing_token=lease.fencing_token,
-                           note=said, lease_lost=True)
-        why = f"{ended.why}, during the --retry pause {before}"
-        self.report("error", f"lease on {self.job.name!r} lost: {why}")
-        return Outcome(exit_code=ExitCode.LOST, status=ended.status, fencing_token=lease.fencing_token,
-                       note=f"lease lost: {why}", lease_lost=True)
+        return retry_due(outcome, number, retry, bool(supervisor.signals.received))
 
-    def _between(self, call: Callable[[], str], lease: Lease, signals: SignalRelay, step: str) -> str | None:
-        """One backend call between attempts, tried again (after 50 ms, doubling to 500 ms) while the
-        lease, as last renewed, is sure to hold (the keeper's deadline: keeper.py), and no signal came;
-        None when no try reached the backend by then, said in one line."""
-        deadline = must_stop_at(lease, self.plan[o.KILL_AFTER])
-        delay = 0.05
-        while True:
-            try:
-                return call()
-            except BackendUnavailable as exc:
-                problem = exc
-            if signals.received or time.monotonic() + delay >= deadline:
-                self.report("warn", f"{self.job.name!r}: could not {step} ({problem})")
-                return None
-            signals.wait(time.monotonic() + delay)
-            delay = min(delay * 2, 0.5)
-
-    def _renewed(self, lease: Lease, found: str | None, sent: float) -> Lease:
-        """The lease as a call between attempts, sent at ``sent``, renewed it. Under --replicas such
-        a renewal is not acknowledged by WAIT: it does not push the deadline on."""
-        if found is None or found == LOST or lease.replicas:
-            return lease
-        return lease._replace(sent_at=sent)
-
-    def _next_attempt(self, attempt: int, lease_client: LeaseClient) -> None:
+    def next_attempt(self, number: int, lease_client: LeaseClient) -> None:
         """The next attempt's run id and ledger row "running" (it is the run's row from now on)."""
         self.run_id = new_run_id()
         lease_client.run_id = self.run_id  # what the holder record and the fleet's open entry name
-        record = self._record._replace(run_id=self.run_id, started_at=utc_now_iso(), attempt=attempt,
+        record = self._record._replace(run_id=self.run_id, started_at=utc_now_iso(), attempt=number,
                                        first_run_id=self.first_run_id)
         self.journal = RunJournal(self._ledger_path, record, report=self.report, keep_days=self._keep_days,
                                   metrics_file=self._metrics_file)
         self.journal.open()
         self.journal.say_problem(command_runs=True)
-
-    def _keeper(self, backend: Backend, lease: Lease, signals: SignalRelay, backstop: Backstop | None,
-                child_pid: Callable[[], int | None]) -> Keeper:
-        """A started keeper of ``lease`` (as last renewed), re-arming the backstop after each renewal."""
-        if backstop is not None:
-            backstop.resume(backstop_for(expires_at(lease), lease.ttl))
-        keeper = Keeper(
-            backend,
-            lease,
-            kill_after=self.plan[o.KILL_AFTER],
-            call_timeout=self.call_timeout,
-            wake=signals.wake,
-            child_pid=child_pid,
-            on_renewed=(lambda expiry: backstop.arm(backstop_for(expiry, lease.ttl))) if backstop else None,
-        )
-        keeper.start()  # a keeper that cannot start marks the lease lost: the watch stops the command
-        return keeper
 
     def _release(self, lease_client: LeaseClient, lease: Lease, outcome: Outcome, *, succeeded: bool = False,
                  hold_s: float = 0.0, hold_until: str = "") -> Outcome:
@@ -451,127 +355,22 @@ class Run:
                                 " row says lock_lost_at_release")
         return released_as(outcome, released)
 
-    def _supervise(self, backend: Backend, supervisor: Supervisor, lease: Lease, backstop: Backstop | None,
-                   attempt: int = 1) -> tuple[Outcome, Lease]:
-        """Run the command under the lease: from the exec to the reaping of all it started. The
-        outcome, and the lease as last renewed (a --retry attempt goes on from there)."""
-        if attempt == 1:
-            self.report("info", f"acquired {self.job.name!r} (fencing token {lease.fencing_token},"
-                                f" ttl {self.plan[o.TTL]:g}s)")
-        else:
-            self.report("info", f"attempt {attempt} of {self.plan[o.RETRY] + 1} under {self.job.name!r} (fencing token"
-                                f" {lease.fencing_token})")
-        # Armed before the exec: from its first instant the command cannot outlive the lease,
-        # even if lockrun is stopped or starved. Not under --on-lost continue, which asks for that.
-        if backstop is not None:
-            backstop.resume(backstop_for(expires_at(lease), lease.ttl))
-            if backstop.error and attempt == 1:
-                # Run without it rather than not at all (a sandbox may forbid POSIX timers), but say so.
-                self.report("warn", f"no backstop timer ({backstop.error}): if lockrun is stopped or starved, "
-                                    "its command may outlive the lease")
-        self.journal.say_problem(command_runs=True)
-        try:
-            started_mono, started_wall = time.monotonic(), utc_now_iso()
-            timeout = self.plan[o.TIMEOUT]
-            if timeout:  # the command would have been killed there, however slow its reader
-                supervisor.output_until = started_mono + timeout + self.plan[o.KILL_AFTER]
-            child_pid = supervisor.spawn({"LOCKRUN_FENCING_TOKEN": str(lease.fencing_token)})
-        except CommandNotRunnable as exc:
-            if backstop is not None:
-                backstop.suspend()
-            self.report("error", str(exc))
-            return Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc),
-                           fencing_token=lease.fencing_token), lease
-        keeper = None
-        try:
-            # From here on the command runs: whatever fails, it is stopped before the lock goes.
-            self.journal.command_started(started_wall, started_mono, lease.fencing_token)
-            if self.delivery is not None and attempt == 1:  # one start ping for the whole run
-                self.delivery.command_started()
-            keeper = self._keeper(backend, lease, supervisor.signals, backstop, child_pid=lambda: child_pid)
-            # What would have stopped the command also ends the wait for a slow reader (Pump.drain).
-            supervisor.output_abandoned = lambda: (keeper.preempted
-                                                   or lease_problem(keeper, time.monotonic()) is not None)
-            stop = watch(supervisor, keeper, backstop, name=self.job.name, timeout=self.plan[o.TIMEOUT],
-                         kill_after=self.plan[o.KILL_AFTER], on_lost=self.plan[o.ON_LOST], report=self.report,
-                         warn_after=self.plan[o.WARN_AFTER], on_slow=self._command_slow)
-        finally:
-            # Also on an unexpected error: all it started is gone before the lock is released.
-            if backstop is not None:
-                backstop.suspend()  # the command is gone or going: what follows may outlast the lease
-            child = supervisor.finish()
-            self.journal.command_ended()
-            if keeper is not None:
-                keeper.stop()
-        renewed = keeper.renewed if keeper is not None else lease
-        outcome = command_outcome(
-            child, stop, preempted=keeper is not None and keeper.preempted, fencing_token=lease.fencing_token,
-            kill_after=self.plan[o.KILL_AFTER], backstop_error=backstop.error if backstop else None,
-            output_tail=supervisor.tail.text() if supervisor.tail else None, strays_note=supervisor.strays_note(),
-            success_exits=self.plan[o.SUCCESS_EXIT],
-        )
-        if supervisor.tail is not None and supervisor.tail.lost:  # output that went nowhere is on the record
-            outcome = outcome.noted("; ".join(supervisor.tail.lost))
-        if self._slow_note is not None:
-            outcome = outcome.noted(self._slow_note)
-        outcome = self._kept_tail(outcome)
-        if supervisor.spool is not None:
-            # The whole group is gone and the pump drained: this attempt's output is all there.
-            failed = outcome.status != Status.SUCCEEDED
-            if self.plan[o.RETRY] and failed:
-                # Kept under a line naming the attempt: written out if no later attempt succeeds
-                # (_locked_run settles the spool when the attempts are over).
-                supervisor.spool.mark_attempt(f"lockrun: attempt {attempt} of {self.plan[o.RETRY] + 1} of"
-                                              f" {self.job.name!r}: {outcome.status} (exit {outcome.exit_code})")
-            else:
-                outcome = self._settled(supervisor.spool, outcome)
-        return outcome, renewed
 
-    @staticmethod
-    def _settled(spool: OutputSpool, outcome: Outcome) -> Outcome:
-        """--output on-failure at the run's end: the held output written out if the run did not
-        succeed, else dropped; output that could not be written out is on the row too."""
-        spool.settle(failed=outcome.status != Status.SUCCEEDED)
-        return outcome.noted("; ".join(spool.lost)) if spool.lost else outcome
+def delivered(delivery: Delivery, journal: RunJournal, outcome: Outcome, masking: Masking, report: Report) -> Outcome:
+    """Final ping and webhooks; a failed delivery is a warning and a note on the row."""
+    shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
+    holder = outcome.holder
+    if holder is not None:  # what kept the run out, as any host's record may say it: masked again
+        holder = holder._replace(command=mask_command(list(holder.command), masking))
+    failed = delivery.run_ended(journal.row(outcome), holder, shared_tail)
+    if failed is None:
+        return outcome
+    report("warn", f"could not deliver notifications: {failed}")
+    return outcome.noted(f"notification failed: {failed}")
 
-    def _kept_tail(self, outcome: Outcome) -> Outcome:
-        """The tail the run keeps: all of --capture-tail's, everywhere it goes; without it, a failed
-        run's (the default one, this host's ledger only); none of a run that succeeded."""
-        if self.plan[o.CAPTURE_TAIL] is not None or outcome.output_tail is None:
-            return outcome
-        if self.job.failure_tail is None or outcome.status == Status.SUCCEEDED:
-            return outcome._replace(output_tail=None)
-        return outcome._replace(tail_private=True)
 
-    def _command_slow(self) -> None:
-        """--warn-after: the command is still running (the main loop calls this once per command)."""
-        warn_after = self.plan[o.WARN_AFTER]
-        assert warn_after is not None
-        after = exact_duration(warn_after)
-        self._slow_note = f"slow: still running after --warn-after {after}"
-        self.report("warn", f"{self.job.name!r} is slow: still running after --warn-after {after}")
-        self.journal.command_slow(self._slow_note)
-        if self.delivery is not None:
-            running = self.journal.row(Outcome(exit_code=0, status=Status.RUNNING, note=self._slow_note))
-            self.delivery.command_slow({**running, "exit_status": None, "ended_at": None,
-                                        "duration_s": self.journal.running_for()}, self._slow_note)
-
-    def _deliver(self, outcome: Outcome) -> Outcome:
-        """Final ping and webhooks; a failed delivery is a warning and a note on the row."""
-        if self.delivery is None:
-            return outcome
-        shared_tail = None if outcome.tail_private else outcome.output_tail  # docs/operating.md "Output"
-        holder = outcome.holder
-        if holder is not None:  # what kept the run out, as any host's record may say it: masked again
-            holder = holder._replace(command=mask_command(list(holder.command), self.job.masking))
-        failed = self.delivery.run_ended(self.journal.row(outcome), holder, shared_tail)
-        if failed is None:
-            return outcome
-        self.report("warn", f"could not deliver notifications: {failed}")
-        return outcome.noted(f"notification failed: {failed}")
-
-    def _backend_label(self) -> str:
-        """``redis redis://host:6379/0`` or ``local backend, this host only``: no credentials."""
-        if self.backend_name == "local":
-            return "local backend, this host only"
-        return f"redis {self.backend_where}" if self.backend_where else "redis"
+def backend_label(backend_name: str, backend_where: str | None) -> str:
+    """``redis redis://host:6379/0`` or ``local backend, this host only``: no credentials."""
+    if backend_name == "local":
+        return "local backend, this host only"
+    return f"redis {backend_where}" if backend_where else "redis"
