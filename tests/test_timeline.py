@@ -638,3 +638,16 @@ def test_a_ledger_that_cannot_be_read_or_migrated_is_one_line(tenv, tmp_path):
             assert result.stdout == ""
     finally:
         subprocess.run(["chattr", "-i", str(immutable)], check=True)
+
+
+def test_skips_at_one_moment_that_differ_in_a_field_someone_else_left_empty_still_draw():
+    """Two busy skips of one name in the same millisecond, one of them with no host (a fleet
+    record's entry another writer left without one): they sort by their start, never by a field
+    that may be missing (this was a TypeError out of `timeline --fleet`)."""
+    now = datetime.now(timezone.utc)
+    moment = (now - timedelta(minutes=5)).strftime(ISO_FORMAT)
+    rows = [{"name": "n", "status": "busy", "started_at": moment, "ended_at": moment, "host": host}
+            for host in ("app-1", None, "app-2")]
+    lanes = tl.lanes_from_rows(rows, tl.Window(now - timedelta(hours=1), now, now), by_host=True)
+    assert sum(len(lane.marks) for lane in lanes) == 3
+    assert list(tl.layout(lanes, tl.Window(now - timedelta(hours=1), now, now)))

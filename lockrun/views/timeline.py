@@ -225,7 +225,7 @@ def lanes_from_rows(rows: Iterable[dict[str, Any]], window: Window, *, host: str
         elif span[_START] >= since:
             marks.append(span)
     for _runs, marks in per_name.values():
-        marks.sort()
+        marks.sort(key=itemgetter(_START))  # by start alone: two skips at one moment may differ in any field
     return list(lanes(((name, *per_name[name]) for name in sorted(per_name)), by_host))
 
 
@@ -291,7 +291,8 @@ def layout(lanes_: Iterable[Lane], window: Window) -> Iterator[LaneChart]:
             ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
         tracks = _tracks(starts, ends, list(map(itemgetter(_STATUS), runs)), runs)
         durations = [duration for duration in map(itemgetter(_DURATION), runs) if duration is not None]
-        marks = lane.marks if _is_sorted(list(map(itemgetter(_START), lane.marks))) else sorted(lane.marks)
+        marks = lane.marks if _is_sorted(list(map(itemgetter(_START), lane.marks))) else sorted(
+            lane.marks, key=itemgetter(_START))
         yield _chart(lane.name, lane.host, tracks, len(runs), marks, _median(durations),
                      max(durations) if durations else None)
 
