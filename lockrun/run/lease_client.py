@@ -44,6 +44,31 @@ RELEASE_ATTEMPTS = 3
 NO_EXPIRY_RECHECK_S = 1.0
 
 
+class _Deadline:
+    """When a wait gives up: ``--wait`` from now, or (``--replace`` alone) unknown until the
+    holder's first busy answer."""
+
+    def __init__(self, clock: Callable[[], float], wait: float | None) -> None:
+        self.clock = clock
+        self.at = clock() + (wait or 0.0)
+        self.known = wait is not None
+
+    def reached(self) -> bool:
+        return self.known and self.clock() >= self.at
+
+    def left(self) -> float:
+        return self.at - self.clock()
+
+    def learn(self, result: Lease | Holder | Duplicate | TooSoon | Paused, own_ttl: float, kill_after: float) -> None:
+        """``--replace`` without ``--wait``: long enough for the holder to notice at its next
+        renewal (TTL/3 of *its* lease) and to stop its command (``--kill-after``)."""
+        if self.known or not isinstance(result, Holder):
+            return
+        holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else own_ttl
+        self.at = self.clock() + holder_ttl + kill_after
+        self.known = True
+
+
 class LeaseClient:
     def __init__(
         self,
@@ -105,59 +130,71 @@ class LeaseClient:
         or a duplicate. ``wait`` None (``--replace`` alone): the holder's TTL + ``kill_after``.
         ``interruptible`` is entered around each blocking wait (it raises WaitInterrupted on a
         signal); ``get_ready`` runs before each wait, so that the hand-over costs only the acquire."""
-        give_up_at = self.clock() + (wait or 0.0)
-        deadline_known = wait is not None
+        deadline = _Deadline(self.clock, wait)
         asked: str | None = None  # the holder token we asked to stop (--replace)
         while True:
             # The try at or after the deadline decides: a busy answer to it is this run's
             # outcome, which the fleet record counts (earlier busy answers are only waiting).
-            last_try = deadline_known and self.clock() >= give_up_at
-            try:
-                result = self.backend.acquire(self.name, self.token, self.ttl, self.holder_info(), self.once,
-                                              self.slots, last_try=last_try, once_every=self.once_every)
-            except NothingTaken:
-                raise  # the server answered and took nothing (an evicting or full Redis): nothing to give back
-            except BackendUnavailable:
-                self._give_back()
-                raise
+            last_try = deadline.reached()
+            result = self._try(last_try)
             answered_at = self.clock()
-            if isinstance(result, Lease) and result.pause_problem:
-                # docs/operating.md "Pausing a job": a pause nobody can read the end of is not honoured.
-                self.report("warn", f"{self.name!r}: ignoring a malformed pause ({result.pause_problem}); running."
-                                    f" lockrun resume {self.name} removes it")
-            if isinstance(result, Lease) and result.evicting:
-                self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
-                                    f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
-            if not deadline_known and isinstance(result, Holder):
-                # Long enough for the holder to notice at its next renewal (TTL/3 of *its*
-                # lease) and to stop its command (--kill-after).
-                holder_ttl = result.ttl_ms / 1000.0 if result.ttl_ms else self.ttl
-                give_up_at = self.clock() + holder_ttl + kill_after
-                deadline_known = True
+            self._report_lease_notes(result)
+            deadline.learn(result, self.ttl, kill_after)
             if not isinstance(result, Holder) or interrupted() or last_try:
                 return result
-            left = give_up_at - self.clock()
+            left = deadline.left()
             if left <= 0:
                 continue  # the deadline passed during this try: one last one decides
             if replace and result.token != asked:
-                # Ask once per holder; it stops its command within TTL/3, then releases, which wakes us.
                 asked = result.token
-                if self.backend.preempt(self.name, self.run_id, left):
-                    self.report("info", f"asked {result.host}:{result.pid} to stop (--replace)")
+                self._ask_to_stop(result, left)
             get_ready()
-            # Until a release wakes us, or until the holder's lease could have expired (a
-            # crashed holder pushes nothing; counted from its answer, not from now: preempting and
-            # getting ready took time), or the deadline: no try in between.
-            now = self.clock()
-            expiry = result.ttl_remaining_s if result.ttl_remaining_s is not None else NO_EXPIRY_RECHECK_S
-            until_expiry = max(0.0, expiry - (now - answered_at)) + WAKE_MARGIN_S
-            try:
-                self.backend.wait_for_release(self.name, min(give_up_at - now, until_expiry, MAX_BLOCK_S),
-                                              interruptible)
-            except WaitInterrupted:
-                return result  # the holder that kept us out: the caller says what the signal means
-            if interrupted():
+            if self._wait_for_release(result, answered_at, deadline.at, interruptible) or interrupted():
                 return result
+
+    def _try(self, last_try: bool) -> Lease | Holder | Duplicate | TooSoon | Paused:
+        """One acquire; a reply that never came gives back whatever our token may hold."""
+        try:
+            return self.backend.acquire(self.name, self.token, self.ttl, self.holder_info(), self.once,
+                                        self.slots, last_try=last_try, once_every=self.once_every)
+        except NothingTaken:
+            raise  # the server answered and took nothing (an evicting or full Redis): nothing to give back
+        except BackendUnavailable:
+            self._give_back()
+            raise
+
+    def _report_lease_notes(self, result: Lease | Holder | Duplicate | TooSoon | Paused) -> None:
+        """What a lease taken all the same has to say: a pause it ignored, a server that may evict."""
+        if not isinstance(result, Lease):
+            return
+        if result.pause_problem:
+            # docs/operating.md "Pausing a job": a pause nobody can read the end of is not honoured.
+            self.report("warn", f"{self.name!r}: ignoring a malformed pause ({result.pause_problem}); running."
+                                f" lockrun resume {self.name} removes it")
+        if result.evicting:
+            self.report("info", f"running although the Redis server may evict keys (maxmemory-policy"
+                                f" {result.evicting}; allow_eviction): the lock or a --once mark could vanish")
+
+    def _ask_to_stop(self, holder: Holder, left: float) -> None:
+        """Ask once per holder; it stops its command within TTL/3, then releases, which wakes us."""
+        if self.backend.preempt(self.name, self.run_id, left):
+            self.report("info", f"asked {holder.host}:{holder.pid} to stop (--replace)")
+
+    def _wait_for_release(
+        self, holder: Holder, answered_at: float, give_up_at: float,
+        interruptible: Callable[[], AbstractContextManager[None]],
+    ) -> bool:
+        """Until a release wakes us, or until the holder's lease could have expired (a crashed
+        holder pushes nothing; counted from its answer, not from now: preempting and getting
+        ready took time), or the deadline: no try in between. True: a signal ended the wait."""
+        now = self.clock()
+        expiry = holder.ttl_remaining_s if holder.ttl_remaining_s is not None else NO_EXPIRY_RECHECK_S
+        until_expiry = max(0.0, expiry - (now - answered_at)) + WAKE_MARGIN_S
+        try:
+            self.backend.wait_for_release(self.name, min(give_up_at - now, until_expiry, MAX_BLOCK_S), interruptible)
+        except WaitInterrupted:
+            return True  # the caller returns the holder that kept us out and says what the signal means
+        return False
 
     def _give_back(self) -> None:
         """After a lost acquire reply (the script may have run) or too few replicas acknowledging
