@@ -18,6 +18,7 @@ import functools
 import os
 import re
 import time
+from collections.abc import Iterator
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import NamedTuple
@@ -178,26 +179,30 @@ def _same_contents(a: Path, b: Path) -> bool:
 def _zone_with_contents(data: bytes) -> str | None:
     """The zone whose file holds exactly ``data`` (``/etc/localtime`` copied, not linked), as
     ``timedatectl`` and tzlocal find it; the first canonical name in order when several do."""
-    found = set()
     for root in _zoneinfo_roots():
-        for folder, dirs, files in os.walk(root):
-            relative = os.path.relpath(folder, root)
-            if relative.split(os.sep)[0] + "/" in _VARIANT_DIRS:
-                dirs[:] = []
-                continue
-            for file in files:
-                path = os.path.join(folder, file)
-                name = os.path.normpath(os.path.join(relative, file))
-                try:
-                    if os.path.getsize(path) != len(data) or Path(path).read_bytes() != data:
-                        continue
-                except OSError:
-                    continue
-                if _load(name) is not None:
-                    found.add(canonical(name))
+        found = {canonical(name) for path, name in _zone_files(root) if _holds(path, data) and _load(name) is not None}
         if found:
-            break
-    return min(found) if found else None
+            return min(found)
+    return None
+
+
+def _zone_files(root: str) -> Iterator[tuple[str, str]]:
+    """Each file under a zone directory, as its path and its name there; ``posix/`` and
+    ``right/`` left out (see _VARIANT_DIRS)."""
+    for folder, dirs, files in os.walk(root):
+        relative = os.path.relpath(folder, root)
+        if relative.split(os.sep)[0] + "/" in _VARIANT_DIRS:
+            dirs[:] = []
+            continue
+        for file in files:
+            yield os.path.join(folder, file), os.path.normpath(os.path.join(relative, file))
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        return os.path.getsize(path) == len(data) and Path(path).read_bytes() == data
+    except OSError:
+        return False
 
 
 def _cannot_name(why: str) -> UsageError:
@@ -210,26 +215,45 @@ def local_zone() -> Zone:
     ``/etc/localtime`` links to (no such file: UTC), else the zone file with its contents."""
     source = "the host's local zone"
     tz = os.environ.get("TZ")
-    if tz is not None:
-        spec = tz[1:] if tz.startswith(":") else tz
-        if not spec or _UTC_POSIX.fullmatch(spec):
-            return Zone(UTC, _utc(), f"{source}, TZ={tz}")
-        if not spec.startswith("/"):
-            if _load(spec) is None:
-                raise _cannot_name(f"TZ={quoted(tz, 80)} is not an IANA zone name")
-            return parse_zone(spec, "TZ", f"{source}, TZ={tz}")
-        if os.path.realpath(spec) != os.path.realpath(LOCALTIME):
-            name = _relative_to_a_root(spec)
-            if name is None or _load(name) is None:
-                raise _cannot_name(f"TZ={quoted(tz, 80)} is no IANA zone file of the zone directory")
-            return parse_zone(name, "TZ", f"{source}, TZ={tz}")
+    zone = None if tz is None else _zone_in_tz(tz, source)
+    if zone is not None:
+        return zone
     if not os.path.lexists(LOCALTIME):
         return Zone(UTC, _utc(), f"{source}, no {LOCALTIME}")
     if os.path.islink(LOCALTIME):
-        name = _relative_to_a_root(str(LOCALTIME))
-        if name is None or _load(name) is None:
-            raise _cannot_name(f"{LOCALTIME} links to {os.path.realpath(LOCALTIME)}, outside the zone directory")
-        return parse_zone(name, "zone", source)
+        return _zone_linked(source)
+    zone = _zone_named_by_debian(source)
+    return _zone_copied(source) if zone is None else zone
+
+
+def _zone_in_tz(tz: str, source: str) -> Zone | None:
+    """The zone ``TZ`` names (a POSIX UTC, a zone name or a zone file), or None when it names
+    ``/etc/localtime`` itself: the host's zone, as without ``TZ``."""
+    spec = tz[1:] if tz.startswith(":") else tz
+    if not spec or _UTC_POSIX.fullmatch(spec):
+        return Zone(UTC, _utc(), f"{source}, TZ={tz}")
+    if not spec.startswith("/"):
+        if _load(spec) is None:
+            raise _cannot_name(f"TZ={quoted(tz, 80)} is not an IANA zone name")
+        return parse_zone(spec, "TZ", f"{source}, TZ={tz}")
+    if os.path.realpath(spec) == os.path.realpath(LOCALTIME):
+        return None
+    name = _relative_to_a_root(spec)
+    if name is None or _load(name) is None:
+        raise _cannot_name(f"TZ={quoted(tz, 80)} is no IANA zone file of the zone directory")
+    return parse_zone(name, "TZ", f"{source}, TZ={tz}")
+
+
+def _zone_linked(source: str) -> Zone:
+    """The zone ``/etc/localtime`` links to."""
+    name = _relative_to_a_root(str(LOCALTIME))
+    if name is None or _load(name) is None:
+        raise _cannot_name(f"{LOCALTIME} links to {os.path.realpath(LOCALTIME)}, outside the zone directory")
+    return parse_zone(name, "zone", source)
+
+
+def _zone_named_by_debian(source: str) -> Zone | None:
+    """The zone ``/etc/timezone`` names, if ``/etc/localtime`` is a copy of its file; else None."""
     try:
         named = DEBIAN_TIMEZONE.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0].strip()
     except OSError:
@@ -237,6 +261,11 @@ def local_zone() -> Zone:
     zone = _load(named)
     if zone is not None and any(_same_contents(Path(root) / named, LOCALTIME) for root in _zoneinfo_roots()):
         return parse_zone(named, "zone", source)
+    return None
+
+
+def _zone_copied(source: str) -> Zone:
+    """The zone whose file ``/etc/localtime`` is a copy of."""
     try:
         data = LOCALTIME.read_bytes()
     except OSError as exc:
