@@ -312,43 +312,64 @@ def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, i
     words = _words(args, script)
     client: dict[str, frozenset[str]] = {}  # option -> how its value hides a secret, by the clients named
     skip_arg = -1  # an argument that is an option's whole value: its words are not read as options
-    value = frozenset({"value"})
     for n, word in enumerate(words):
         if word.arg == skip_arg:
             continue
         text = word.text(args)
-        if not word.whole and (text in CONTROL_WORDS or text.endswith((";", "|", "&"))):
-            client = {}
-            continue
         program = text.rpartition("/")[2]
-        if program in CLIENT_OPTIONS:
-            # Added to, not replaced: a word that names a client may be an argument (sudo -u mysql,
-            # redis-cli … 7z); where two read one option differently, both readings hide.
-            for option, how in CLIENT_OPTIONS[program].items():
-                client[option] = client.get(option, frozenset()) | {how}
-            continue
-        if len(text) < 2 or text[0] != "-":
-            continue
-        short = text[:2]
-        hows = client.get(short, frozenset()) | (value if short in masking.options else frozenset())
-        if hows and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
-            start = word.start + 2 + (text[2] == "=")
-            _add(spans, word.arg, _secret_part(args[word.arg], start, word.end, hows))
-            continue
-        name, equals, _ = text.partition("=")
-        if equals:
-            hows = (client.get(name, frozenset()) | (value if name in masking.options else frozenset())) - {"attached"}
-            if hows:
-                _add(spans, word.arg, _secret_part(args[word.arg], word.start + len(name) + 1, word.end, hows))
-            continue
-        secret = text in masking.options or is_secret_name(text, masking)
-        hows = (client.get(text, frozenset()) | (value if secret else frozenset())) - {"attached"}
-        if hows:
-            following = _following(args, words, n, word)
-            if following is not None:
-                if following.whole:
-                    skip_arg = following.arg
-                _add(spans, following.arg, _secret_part(args[following.arg], following.start, following.end, hows))
+        if _ends_a_command(word, text):
+            client = {}
+        elif program in CLIENT_OPTIONS:
+            _name_client(client, program)
+        else:
+            found = _option_value(args, words, n, client, masking)
+            if found is None:
+                continue
+            value, hows = found
+            if value.arg != word.arg:
+                skip_arg = value.arg
+            _add(spans, value.arg, _secret_part(args[value.arg], value.start, value.end, hows))
+
+
+def _ends_a_command(word: _Word, text: str) -> bool:
+    """A control operator of a script (see CONTROL_WORDS), alone or at a word's end."""
+    return not word.whole and (text in CONTROL_WORDS or text.endswith((";", "|", "&")))
+
+
+def _name_client(client: dict[str, frozenset[str]], program: str) -> None:
+    """Added to, not replaced: a word that names a client may be an argument (sudo -u mysql,
+    redis-cli … 7z); where two read one option differently, both readings hide."""
+    for option, how in CLIENT_OPTIONS[program].items():
+        client[option] = client.get(option, frozenset()) | {how}
+
+
+_VALUE = frozenset({"value"})
+_NO_HOW: frozenset[str] = frozenset()
+
+
+def _hows(option: str, client: dict[str, frozenset[str]], masking: Masking) -> frozenset[str]:
+    """How the value of ``option`` hides a secret: by the clients named so far and the user's rules."""
+    return client.get(option, _NO_HOW) | (_VALUE if option in masking.options else _NO_HOW)
+
+
+def _option_value(
+    args: list[str], words: list[_Word], n: int, client: dict[str, frozenset[str]], masking: Masking,
+) -> tuple[_Word, frozenset[str]] | None:
+    """Where the value of the option ``words[n]`` is, and how it hides a secret (no way: it hides
+    nothing); None when the word is no option or its value is not masked."""
+    word = words[n]
+    text = word.text(args)
+    if len(text) < 2 or text[0] != "-":
+        return None
+    hows = _hows(text[:2], client, masking)
+    if hows and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
+        return word._replace(start=word.start + 2 + (text[2] == "=")), hows
+    name, equals, _ = text.partition("=")
+    if equals:  # --name=SECRET
+        return word._replace(start=word.start + len(name) + 1), _hows(name, client, masking) - {"attached"}
+    hows = (_hows(text, client, masking) | (_VALUE if is_secret_name(text, masking) else _NO_HOW)) - {"attached"}
+    following = _following(args, words, n, word) if hows else None
+    return None if following is None else (following, hows)
 
 
 def _following(args: list[str], words: list[_Word], n: int, word: _Word) -> _Word | None:
