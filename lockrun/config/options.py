@@ -219,7 +219,7 @@ ZONE_NAME = Parse(_zone_name, 'an IANA time zone name such as "UTC" or "Europe/B
 
 
 def _redact(value: object, what: str) -> tuple[str, ...]:
-    from lockrun.core.masking import parse_masking
+    from lockrun.core.masking_rules import parse_masking
 
     if not isinstance(value, (list, tuple)):
         raise _refuse(what, value, "a list of strings")

@@ -34,8 +34,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from lockrun.core.printable import quoted
-
 #: What a masked value becomes.
 MASK = "***"
 
@@ -86,19 +84,11 @@ CONTROL_WORDS = frozenset({"|", "||", "&&", ";", "&"})
 AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate", "ntlm", "oauth", "apikey", "bot",
                           "key", "ssws"})
 
-#: The config key ``redact``: at most this many entries, each at most this long.
-MAX_REDACT_ENTRIES = 100
-MAX_REDACT_ENTRY = 200
-REDACT_RULE = (f"a list of at most {MAX_REDACT_ENTRIES} strings, each an option whose value is masked"
-               " (\"--api-key\", \"-k\"), a name that names a secret (\"DB_CRED\": NAME=…, --NAME …, NAME: …)"
-               " or \"re:\" and a regular expression whose matches (or groups) are masked")
-
-
 class Masking(NamedTuple):
     """The user's rules (config ``redact`` and ``record_command``) on top of the built-in ones."""
 
     options: frozenset[str] = frozenset()  # "--api-key", "-k": exactly as the command writes them
-    names: frozenset[str] = frozenset()  # normalized (see _normal): "db_cred"
+    names: frozenset[str] = frozenset()  # normalized (see normal_name): "db_cred"
     patterns: tuple[re.Pattern[str], ...] = ()
     record_command: bool = True  # False: only the program's name is recorded
 
@@ -131,18 +121,23 @@ def _script_flag(arg: str) -> bool:
     return len(arg) >= 2 and arg[0] == "-" and arg[-1] == "c" and arg[1:].isascii() and arg[1:].isalpha()
 
 
-def _normal(name: str) -> str:
+def normal_name(name: str) -> str:
     return name.lstrip("-").lower().replace("-", "_").replace(".", "_")
 
 
 def is_secret_name(name: str, masking: Masking = BUILT_IN) -> bool:
     """Whether an option, variable, header or JSON key called ``name`` holds a secret."""
-    normal = _normal(name)
+    normal = normal_name(name)
     if normal in masking.names:
         return True
     words = [word for word in normal.split("_") if word]
     if not words or (words[0] in NOT_SECRET_FIRST and len(words) > 1):
         return False
+    return _ends_in_a_secret(words)
+
+
+def _ends_in_a_secret(words: list[str]) -> bool:
+    """Whether a name's last word (``key``, ``pwd``: with the words before it) makes it name a secret."""
     last = words[-1]
     if last in SECRET_WORDS or last.endswith(SECRET_SUFFIXES):
         return True
@@ -195,20 +190,31 @@ def _url_spans(text: str) -> Iterable[tuple[int, int]]:
     for match in re.finditer(_URL, text):
         start = match.end()  # the authority: up to the first / ? # or space
         if word_end < start:  # (found once per word: a word may hold several URLs, a,b://…)
-            found = re.compile(r"\s").search(text, start)
-            word_end = found.start() if found else len(text)
-        ends = [i for i in (text.find(c, start, word_end) for c in "/?#") if i >= 0]
-        authority_end = min(ends, default=word_end)
-        at = text.rfind("@", start, authority_end)
-        colon = text.find(":", start, authority_end if at < 0 else at)
-        if at < 0:
-            # A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the
-            # word's last @. Not a port (host:8080/x@y).
-            at = text.rfind("@", authority_end, word_end)
-            if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
-                continue
-        if 0 <= colon < at - 1:
-            yield colon + 1, at
+            word_end = _found_or_end(r"\s", text, start)
+        password = _url_password(text, start, word_end)
+        if password is not None:
+            yield password
+
+
+def _found_or_end(pattern: str, text: str, start: int) -> int:
+    """Where ``pattern`` is first found from ``start``, else the text's end."""
+    found = re.compile(pattern).search(text, start)
+    return found.start() if found else len(text)
+
+
+def _url_password(text: str, start: int, word_end: int) -> tuple[int, int] | None:
+    """The password of the URL whose authority begins at ``start`` (user:PASSWORD@host), if it has one."""
+    ends = [i for i in (text.find(c, start, word_end) for c in "/?#") if i >= 0]
+    authority_end = min(ends, default=word_end)
+    at = text.rfind("@", start, authority_end)
+    colon = text.find(":", start, authority_end if at < 0 else at)
+    if at < 0:
+        # A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the
+        # word's last @. Not a port (host:8080/x@y).
+        at = text.rfind("@", authority_end, word_end)
+        if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
+            return None
+    return (colon + 1, at) if 0 <= colon < at - 1 else None
 
 
 def _value_end(text: str, start: int, after: str) -> int:
@@ -219,8 +225,7 @@ def _value_end(text: str, start: int, after: str) -> int:
         close = text.find(text[start], start + 1)
         return len(text) if close < 0 else close + 1
     ends = _QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END if after == ";" else _VALUE_END
-    found = re.compile(ends).search(text, start)
-    return found.start() if found else len(text)
+    return _found_or_end(ends, text, start)
 
 
 def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> Iterable[tuple[int, int]]:
@@ -239,28 +244,33 @@ def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> I
 
 
 def _header_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:
-    stop = -1
+    stop = -1  # the end of the line an unquoted header is on (found once per stretch)
     for match in re.finditer(_HEADER, text):
-        name = match.group(1)
-        if not is_secret_name(name, masking):
+        if not _is_secret_header(text, match, masking):
             continue
-        if text[max(0, match.start() - 3):match.start()] == "://":
-            continue  # a URL's user name (https://x-token:…@host): the URL's rule hides its password
         start = match.end()
         quote = text[match.start() - 1] if match.start() > 0 and text[match.start() - 1] in _QUOTES else ""
         if quote:  # 'Authorization: Bearer …' in a script: its closing quote ends it
             close = text.find(quote, start)
             end = len(text) if close < 0 else close
         else:  # an argument of its own (any character is the value's), or unquoted: the line's end
-            if stop < start:  # (found once per stretch)
-                found = re.compile(r"\n").search(text, start)
-                stop = found.start() if found else len(text)
+            stop = stop if stop >= start else _found_or_end(r"\n", text, start)
             end = stop
-        scheme = re.compile(_AUTH_SCHEME).match(text, start, end)
-        if scheme and scheme.group(1).lower() in AUTH_SCHEMES:
-            start = scheme.end()
+        start = _after_auth_scheme(text, start, end)
         if end > start:
             yield start, end
+
+
+def _is_secret_header(text: str, match: re.Match[str], masking: Masking) -> bool:
+    """A header whose name names a secret; not a URL's user name (https://x-token:…@host: the
+    URL's rule hides its password)."""
+    return is_secret_name(match.group(1), masking) and text[max(0, match.start() - 3):match.start()] != "://"
+
+
+def _after_auth_scheme(text: str, start: int, end: int) -> int:
+    """Where the credential of a header's value begins: after its scheme (Bearer, Basic), if any."""
+    scheme = re.compile(_AUTH_SCHEME).match(text, start, end)
+    return scheme.end() if scheme and scheme.group(1).lower() in AUTH_SCHEMES else start
 
 
 def _json_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:
@@ -297,15 +307,20 @@ def _words(args: list[str], script: bool) -> list[_Word]:
         # One word: an argument without spaces, or an option and its attached value (-p'a b').
         if not script and (arg.startswith("-") or not any(c.isspace() for c in arg)):
             words.append(_Word(i, 0, len(arg), True))
-            continue
-        for match in re.finditer(_WORD, arg):
-            start, end = match.span()
-            while start < end and arg[start] in _QUOTES:
-                start += 1
-            while end > start and arg[end - 1] in _QUOTES:
-                end -= 1
-            words.append(_Word(i, start, end, False))
+        else:
+            words += _script_words(i, arg)
     return words
+
+
+def _script_words(i: int, arg: str) -> Iterable[_Word]:
+    """The words of the argument ``i`` read as a script, each without its quotes."""
+    for match in re.finditer(_WORD, arg):
+        start, end = match.span()
+        while start < end and arg[start] in _QUOTES:
+            start += 1
+        while end > start and arg[end - 1] in _QUOTES:
+            end -= 1
+        yield _Word(i, start, end, False)
 
 
 def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]], script: bool = False) -> None:
@@ -407,37 +422,3 @@ def _masked(text: str, spans: list[tuple[int, int]]) -> str:
         at = end
     out.append(text[at:])
     return "".join(out)
-
-
-# -- the user's rules ---------------------------------------------------------------------------------
-
-_OPTION_ENTRY = r"--?[A-Za-z0-9][A-Za-z0-9_.\-]*"
-_NAME_ENTRY = r"[A-Za-z_][A-Za-z0-9_.\-]*"
-
-
-def parse_masking(redact: object = (), record_command: bool = True) -> Masking:
-    """The config keys ``redact`` and ``record_command`` as rules; ValueError naming the entry that
-    is not one (the config file turns it into exit 78)."""
-    if isinstance(redact, (str, bytes)) or not isinstance(redact, (list, tuple)):
-        raise ValueError(f"not {quoted(redact)}")
-    if len(redact) > MAX_REDACT_ENTRIES:
-        raise ValueError(f"not a list of {len(redact)}")
-    options, names, patterns = set(), set(), []
-    for entry in redact:
-        if not isinstance(entry, str) or not entry or len(entry) > MAX_REDACT_ENTRY:
-            raise ValueError(f"not the entry {quoted(entry)}")
-        if entry.startswith("re:"):
-            try:
-                pattern = re.compile(entry[3:])
-            except (re.error, RecursionError, OverflowError) as exc:
-                raise ValueError(f"not the entry {quoted(entry)}: not a regular expression ({exc})") from None
-            if pattern.search("") is not None:
-                raise ValueError(f"not the entry {quoted(entry)}: it matches the empty text")
-            patterns.append(pattern)
-        elif re.fullmatch(_OPTION_ENTRY, entry, re.ASCII):
-            options.add(entry)
-        elif re.fullmatch(_NAME_ENTRY, entry, re.ASCII):
-            names.add(_normal(entry))
-        else:
-            raise ValueError(f"not the entry {quoted(entry)}")
-    return Masking(frozenset(options), frozenset(names), tuple(patterns), record_command)

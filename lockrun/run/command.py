@@ -170,7 +170,8 @@ def output_on_failure(plan: Plan) -> bool:
 
 
 def masking_for(plan: Plan) -> Masking:
-    from lockrun.core.masking import BUILT_IN, parse_masking
+    from lockrun.core.masking import BUILT_IN
+    from lockrun.core.masking_rules import parse_masking
 
     redact, record_command = plan[o.REDACT], plan[o.RECORD_COMMAND]
     if not redact and record_command:

@@ -1,6 +1,7 @@
-"""The command line as lockrun records it (core/masking.py): what is masked, what is left, and the
-properties every record relies on: no secret survives, masking twice changes nothing, a command
-line without secrets is kept as it is, and the record does not grow."""
+"""The command line as lockrun records it (core/masking.py; the user's rules: core/masking_rules.py):
+what is masked, what is left, and the properties every record relies on: no secret survives,
+masking twice changes nothing, a command line without secrets is kept as it is, and the record
+does not grow."""
 
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ from lockrun.core.masking import (
     BUILT_IN,
     CLIENT_OPTIONS,
     MASK,
-    MAX_REDACT_ENTRIES,
     Masking,
     is_secret_name,
     mask_command,
     mask_text,
-    parse_masking,
 )
+from lockrun.core.masking_rules import MAX_REDACT_ENTRIES, parse_masking
 
 
 @pytest.mark.parametrize("argv,masked", [
