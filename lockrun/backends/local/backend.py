@@ -19,24 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockrun.backends.local.files import LockFiles, locked_by_other, open_and_try_lock, same_file
-from lockrun.backends.local.holders import LocalInspection, holder_of
+from lockrun.backends.local.acquiring import Acquirer
+from lockrun.backends.local.files import LockFiles, locked_by_other, same_file
+from lockrun.backends.local.holders import LocalInspection
 from lockrun.backends.local.pauses import LocalPauses
-from lockrun.backends.local.records import (
-    SUCCESS_FIELD,
-    Description,
-    LockRecords,
-    cooling,
-    last_success_at,
-    stored_fence,
-)
+from lockrun.backends.local.records import SUCCESS_FIELD, LockRecords, cooling
 from lockrun.backends.local.waiting import MAX_WATCHED, KernelWaits
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.backends.values import (
@@ -51,15 +44,11 @@ from lockrun.backends.values import (
     TooSoon,
 )
 from lockrun.core.clock import parse_iso, utc_now_iso
-from lockrun.core.errors import BackendUnavailable, ForeignData, SlotsMismatch, ZoneMismatch
-from lockrun.core.printable import printable
-from lockrun.core.zones import MAX_ZONE_NAME
-from lockrun.system.safefs import UnsafePath, write_atomically
+from lockrun.core.errors import BackendUnavailable
+from lockrun.system.safefs import write_atomically
 
 if TYPE_CHECKING:  # what doctor reads: not imported by a run
     from lockrun.backends.audit import BackendAudit
-
-ACQUIRE_ATTEMPTS = 20  # retries when an unlock --force swaps the file under us
 
 
 class LocalBackend:
@@ -77,9 +66,7 @@ class LocalBackend:
         self._slot_of: dict[str, int] = {}  # token -> slot index, for --slots leases
         self._slots_of_name: dict[str, int] = {}  # name -> the --slots N of its last acquire, for waiting
         self._waits: KernelWaits | None = None  # made by the first wait
-
-    def _cannot_write(self, exc: OSError, what: str = "write to") -> BackendUnavailable:
-        return BackendUnavailable(f"cannot {what} {self.files.locks_dir}: {exc.strerror}")
+        self._acquirer = Acquirer(self.files, self.records, self._pauses, self._held, self._slot_of)
 
     # -- lease operations -------------------------------------------------------------------
 
@@ -90,127 +77,8 @@ class LocalBackend:
         self.files.ready()
         self._slots_of_name[name] = slots
         if slots > 1:
-            return self._acquire_slot(name, token, ttl, info, once, slots)
-        held_slots = self.files.held_slots(name)
-        if held_slots:
-            raise SlotsMismatch(name, self.files.slots_meta(name) or len(held_slots), 1)
-        path = self.files.lock_path(name)
-        sent_at = time.monotonic()
-        for _ in range(ACQUIRE_ATTEMPTS):
-            fd, locked = open_and_try_lock(path, name)
-            if not locked:
-                holder = holder_of(self.records, name, fd)
-                os.close(fd)
-                if holder is None:
-                    continue  # released between our try and our look: try again
-                return self._paused(name) or holder
-            if not same_file(fd, path):
-                os.close(fd)  # unlinked by unlock --force after we opened it: not the lock any more
-                continue
-            previous = self.records.read(name)
-            still_cooling = cooling(name, previous)
-            if still_cooling is not None:
-                os.close(fd)  # the last run's --min-hold is not over: busy, like in Redis
-                return self._paused(name) or still_cooling
-            pause = self._pauses.of(name)  # under the lock, as the Redis acquire reads it
-            if pause is not None and pause.problem is None:
-                os.close(fd)
-                return pause
-            duplicate = self._once_checks(fd, name, once, ttl)
-            if duplicate is not None:
-                return duplicate
-            success_at = last_success_at(previous)
-            if once_every and success_at is not None and time.time() - success_at < once_every:
-                os.close(fd)  # judged under the lock: no other run of the name is between the two
-                return TooSoon(name=name, success_at=success_at, now=time.time())
-            with contextlib.suppress(FileNotFoundError):
-                self.files.preempt_path(name).unlink()  # a request meant for the previous holder
-            fence = stored_fence(previous) + 1
-            # No cooling_until: a fresh description. The name, for status when the file name is a hash.
-            record: Description = {**info, "name": name, "fencing_token": fence}
-            if success_at is not None:  # --once-every's memory goes on from description to description
-                record[SUCCESS_FIELD] = success_at
-            try:
-                self.records.write(name, record, durable=True)  # after a crash the fence must not go back
-            except OSError as exc:
-                os.close(fd)
-                raise self._cannot_write(exc) from None
-            self._held[token] = fd
-            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
-                         pause_problem=pause.problem if pause is not None else None)
-        raise BackendUnavailable(f"the lock file {path} kept changing under us; is something deleting it?")
-
-    def _acquire_slot(
-        self, name: str, token: str, ttl: float, info: dict[str, str], once: OnceKey | None, slots: int
-    ) -> Lease | Holder | Duplicate | Paused:
-        """--slots N: N lock files, one kernel lock each; the first free one is ours."""
-        if locked_by_other(self.files.lock_path(name)):
-            raise SlotsMismatch(name, 1, slots)
-        stored = self.files.slots_meta(name)
-        if stored is not None and stored != slots and self.files.held_slots(name):
-            raise SlotsMismatch(name, stored, slots)
-        sent_at = time.monotonic()
-        busy: Holder | None = None
-        for slot in range(slots):
-            path = self.files.lock_path(name, slot)
-            fd, locked = open_and_try_lock(path, name)
-            if not locked:
-                busy = busy or holder_of(self.records, name, fd, slot)
-                os.close(fd)
-                continue
-            if not same_file(fd, path):
-                os.close(fd)
-                continue
-            pause = self._pauses.of(name)
-            if pause is not None and pause.problem is None:
-                os.close(fd)
-                return pause
-            duplicate = self._once_checks(fd, name, once, ttl)
-            if duplicate is not None:
-                return duplicate
-            try:
-                write_atomically(self.files.slots_meta_path(name), str(slots).encode(), in_state_dir=True)
-                fence = self.records.next_fence(name)
-                self.records.write(name, {**info, "name": name, "fencing_token": fence}, slot)
-            except UnsafePath as exc:
-                os.close(fd)
-                raise ForeignData(f"cannot use the local lock files of {name!r}: {exc}") from None
-            except OSError as exc:
-                os.close(fd)
-                raise self._cannot_write(exc) from None
-            self._held[token] = fd
-            self._slot_of[token] = slot
-            return Lease(name=name, token=token, fencing_token=fence, ttl=ttl, sent_at=sent_at, once=once,
-                         slots=slots, pause_problem=pause.problem if pause is not None else None)
-        return self._paused(name) or busy or Holder(name=name, slotted=True)
-
-    def _paused(self, name: str) -> Paused | None:
-        """The pause of a busy name (a run of a paused name neither waits nor asks a holder to stop,
-        as in Redis); None when it is not paused, or its pause is malformed (then: busy)."""
-        pause = self._pauses.of(name)
-        return pause if pause is not None and pause.problem is None else None
-
-    def _once_checks(self, fd: int, name: str, once: OnceKey | None, ttl: float) -> Duplicate | None:
-        """Under the lock just taken: the name's zone (a mismatch raises) and the --once key's mark
-        (done: a Duplicate). Either ends the acquire, and then the lock file ``fd`` is closed."""
-        try:
-            self._agree_on_zone(name, once, ttl)
-        except BaseException:
-            os.close(fd)
-            raise
-        if once is not None and self.records.is_done(name, once.key):
-            os.close(fd)
-            return Duplicate(name=name, key=once.key)
-        return None
-
-    def _agree_on_zone(self, name: str, once: OnceKey | None, ttl: float) -> None:
-        """docs/guarantees.md "One zone per name": a time-derived --once key computed in another zone than the
-        one recorded for the name is refused (ZoneMismatch); else the zone is recorded."""
-        if once is None or not once.zone:
-            return
-        recorded = self.records.agree_on_zone(name, once, once.remember_s + ttl)
-        if recorded is not None:
-            raise ZoneMismatch(name, printable(recorded)[:MAX_ZONE_NAME], once.zone, once.zone_from or "this host")
+            return self._acquirer.slot(name, token, ttl, info, once, slots)
+        return self._acquirer.lock(name, token, ttl, info, once, once_every)
 
     def renew(self, lease: Lease, heartbeat_at: str, child_pid: int | None) -> str:
         return self._renew(lease, {"heartbeat_at": heartbeat_at, "child_pid": str(child_pid or "")})
@@ -280,7 +148,7 @@ class LocalBackend:
             try:
                 self.records.write(name, described, durable=True)
             except OSError as exc:
-                raise self._cannot_write(exc, "record --min-hold in") from None
+                raise self.files.cannot_write(exc, "record --min-hold in") from None
         del self._held[token]
         os.close(fd)  # closing drops the POSIX lock
         return ours
@@ -292,52 +160,21 @@ class LocalBackend:
         try:
             write_atomically(self.files.preempt_path(name), requester.encode(), in_state_dir=True)
         except OSError as exc:
-            raise self._cannot_write(exc) from None
+            raise self.files.cannot_write(exc) from None
         return True
 
     def clear(self, name: str, token: str, record: FleetRecord | None = None) -> bool:
-        """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove the
-        lock file if that holder still holds it. The holder is found again the way
-        ``status`` found it, so an empty ``token`` stands for one whose description names
-        no usable token (a malformed one)."""
-        for slot in [None, *self.files.held_slots(name)]:
-            path = self.files.lock_path(name, slot)
-            holder = self.inspection.holder_at(path, name, slot)
-            if holder is None or (holder.token or "") != (token or ""):
-                continue
-            if holder.cooling_until:  # a finished run's --min-hold: nothing holds the kernel lock
-                info = self.records.read(name)
-                info.pop("cooling_until", None)
-                info.pop("cooling_until_epoch", None)
-                try:
-                    self.records.write(name, info)
-                except OSError as exc:
-                    raise self._cannot_write(exc) from None
-                return True
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                return False
-            return True
-        return False
+        """``unlock``: end the inspected holder's --min-hold, or (``--force``) remove its lock file
+        (unlocking.py)."""
+        from lockrun.backends.local import unlocking  # unlock's, not a run's
+
+        return unlocking.clear(self.files, self.records, self.inspection, name, token)
 
     def clear_foreign(self, name: str) -> bool:
-        """``unlock`` of something that is not a lock file (a link, a FIFO, a directory) at the
-        lock's path: no lockrun run can hold it. Removed without following it."""
-        path = self.files.lock_path(name)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot inspect {path}: {exc.strerror}") from None
-        if stat.S_ISREG(mode):
-            return False  # a lock file after all: cleared the ordinary way, never here
-        try:
-            os.rmdir(path) if stat.S_ISDIR(mode) else os.unlink(path)
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot remove {path}: {exc.strerror}") from None
-        return True
+        """``unlock`` of something that is not a lock file at the lock's path (unlocking.py)."""
+        from lockrun.backends.local import unlocking
+
+        return unlocking.clear_foreign(self.files, name)
 
     def wait_for_release(
         self, name: str, timeout: float,

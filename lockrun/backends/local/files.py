@@ -94,6 +94,9 @@ class LockFiles:
         self.locks_dir = state_dir / "locks"
         self.once_dir = state_dir / "once"
 
+    def cannot_write(self, exc: OSError, what: str = "write to") -> BackendUnavailable:
+        return BackendUnavailable(f"cannot {what} {self.locks_dir}: {exc.strerror}")
+
     def ready(self) -> None:
         """The state directory and its locks directory exist, are ours and are private."""
         try:
