@@ -1,9 +1,10 @@
 """One table of every setting (docs/reference.md "Every setting"): each row an option's flags, its
-parser (with its range), environment variable, config key, default and help. The click options of
-``run`` and of every command, the config file's validation, ``--help``, the man page and the
-reference table are all made from these rows (cli/options.py, config/file.py,
-scripts/gen_reference.py); ``resolve.py`` applies flag > environment > ``[job.NAME]`` > the
-file's top level > default to them, once, into a :class:`~lockrun.config.resolve.Plan`.
+parser (with its range; the parsers are in parsers.py), environment variable, config key, default
+and help. The click options of ``run`` and of every command, the config file's validation,
+``--help``, the man page and the reference table are all made from these rows (cli/options.py,
+config/file.py, scripts/gen_reference.py); ``resolve.py`` applies flag > environment >
+``[job.NAME]`` > the file's top level > default to them, once, into a
+:class:`~lockrun.config.resolve.Plan`.
 
 Adding a run option is one row here, and its behaviour where the run reads ``plan[ROW]``.
 
@@ -16,17 +17,27 @@ A row's scope says where it may be set:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from lockrun.config import values
+from lockrun.config.parsers import (
+    REPLICAS_RULE,
+    SUCCESS_CODES,
+    SWITCH,
+    URLS,
+    ZONE_NAME,
+    Parse,
+    choice,
+    from_text,
+    redact_entries,
+    seconds,
+    text,
+    whole,
+)
 from lockrun.core import defaults
-from lockrun.core.errors import UsageError
-from lockrun.core.printable import quoted
 from lockrun.core.redis_url import validate_redis_url
 
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 
 RUN, GLOBAL, FILE = "run", "global", "file"
 
@@ -79,156 +90,6 @@ class Option(Generic[T]):
         if isinstance(self.default, float):
             return values.span_text(self.default)
         return str(self.default)
-
-
-# --- parsers that take a flag's text or a TOML value ------------------------------------------
-
-
-class Parse(Generic[T_co]):
-    """A row's parser: ``parse(value, what)`` -> the value, or UsageError naming ``what``; with
-    the text that says what a value must be (a config file's error line, the reference)."""
-
-    __slots__ = ("_parse", "expected", "file_types")
-
-    def __init__(self, parse: Callable[[object, str], T_co], expected: str,
-                 file_types: tuple[type, ...] | None = None) -> None:
-        self._parse = parse
-        self.expected = expected
-        # The TOML types a config file may give it (None: those parse takes): a whole number is
-        # an integer there, never the string a flag gives.
-        self.file_types = file_types
-
-    def __call__(self, value: object, what: str) -> T_co:
-        return self._parse(value, what)
-
-
-def _refuse(what: str, value: object, expected: str) -> UsageError:
-    return UsageError(f"invalid {what} {quoted(value)}: expected {expected}")
-
-
-def seconds(minimum: float = 0.0, allow_zero: bool = False, maximum: float = defaults.MAX_SECONDS) -> Parse[float]:
-    """A time value: seconds (a TOML number, or ``90``) or a number with a unit (``2m``)."""
-    example = "90" if minimum >= 1 else "30"
-    expected = f'seconds ({example}) or a duration string ("2m"), {values.seconds_range(minimum, allow_zero, maximum)}'
-
-    def parse(value: object, what: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise _refuse(what, value, expected)
-        return values.parse_time_span(value, what, minimum=minimum, allow_zero=allow_zero, maximum=maximum)
-
-    return Parse(parse, expected)
-
-
-def whole(minimum: int, maximum: int, unit: str = "") -> Parse[int]:
-    """A whole number (ASCII digits, or a TOML integer) from ``minimum`` to ``maximum``."""
-    expected = f"a whole number{' of ' + unit if unit else ''} from {minimum} to {maximum}"
-
-    def parse(value: object, what: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise _refuse(what, value, expected)
-        return values.parse_whole(value, what, minimum, maximum)
-
-    return Parse(parse, expected, file_types=(int,))
-
-
-def text(expected: str) -> Parse[str]:
-    def parse(value: object, what: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise _refuse(what, value, expected)
-        return value
-
-    return Parse(parse, expected)
-
-
-def _switch(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise _refuse(what, value, "true or false")
-    return value
-
-
-#: A flag without a value, or a TOML ``true``/``false``.
-SWITCH = Parse(_switch, "true or false")
-
-
-def choice(*allowed: str) -> Parse[str]:
-    expected = " or ".join(f'"{name}"' for name in allowed)
-
-    def parse(value: object, what: str) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise _refuse(what, value, expected)
-        return value
-
-    return Parse(parse, expected)
-
-
-def from_text(parse_text: Callable[[str, str], T], expected: str, numbers: bool = False) -> Parse[T]:
-    """One of config/values' parsers of text; a TOML integer is its digits where ``numbers``."""
-
-    def parse(value: object, what: str) -> T:
-        if numbers and isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, str):
-            raise _refuse(what, value, expected)
-        return parse_text(value, what)
-
-    return Parse(parse, expected)
-
-
-def _urls(value: object, what: str) -> tuple[str, ...]:
-    """``--notify URL`` (repeated: a tuple) or ``notify_urls = [...]``: http(s) URLs."""
-    given = list(value) if isinstance(value, (list, tuple)) else [value]
-    strings = [url for url in given if isinstance(url, str)]
-    if not given or len(strings) != len(given):
-        raise _refuse(what, value, URLS.expected)
-    return tuple(values.validate_http_url(url, what) for url in strings)
-
-
-URLS = Parse(_urls, "a list of http:// or https:// URLs")
-
-
-def _success_codes(value: object, what: str) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, (str, list)):
-        raise _refuse(what, value, SUCCESS_CODES.expected)
-    return values.parse_success_exit(value, what)
-
-
-SUCCESS_CODES = Parse(_success_codes, f"{values.SUCCESS_EXIT_RULE} (24, \"1,24\" or [1, 24])")
-
-
-def _replicas(value: object, what: str) -> int | str:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _refuse(what, value, REPLICAS_RULE.expected)
-    return values.parse_replicas(value, what)
-
-
-REPLICAS_RULE = Parse(_replicas, f'{values.REPLICAS_RULE} ("all", quoted)')
-
-
-def _zone_name(value: object, what: str) -> str:
-    """An IANA zone name, checked now; the zone itself is loaded where a run needs it."""
-    from lockrun.core.zones import parse_zone
-
-    if not isinstance(value, str):
-        raise _refuse(what, value, ZONE_NAME.expected)
-    return parse_zone(value, what).name
-
-
-ZONE_NAME = Parse(_zone_name, 'an IANA time zone name such as "UTC" or "Europe/Berlin"')
-
-
-def _redact(value: object, what: str) -> tuple[str, ...]:
-    from lockrun.core.masking_rules import parse_masking
-
-    if not isinstance(value, (list, tuple)):
-        raise _refuse(what, value, "a list of strings")
-    try:
-        parse_masking(value)
-    except ValueError as exc:
-        raise UsageError(f"{what}: {exc}") from None
-    assert isinstance(value, (list, tuple))  # parse_masking refuses anything else
-    return tuple(str(entry) for entry in value)
 
 
 def _range(minimum: float = 0.0, allow_zero: bool = False, maximum: float = defaults.MAX_SECONDS) -> str:
@@ -387,7 +248,7 @@ KEEP_DETACHED = Option(
     " stopped, and reaped, before the lock is released.", flags=("--keep-detached",), sets=True)
 # What the recorded command line hides (docs/fleet.md "What is published"): config keys only.
 REDACT: Option[tuple[str, ...]] = Option(
-    "redact", Parse(_redact, "a list of strings (see docs/fleet.md \"What is published\")"), (),
+    "redact", Parse(redact_entries, "a list of strings (see docs/fleet.md \"What is published\")"), (),
     "More of the command line to mask wherever it is recorded: options whose value is masked (\"--api-key\"),"
     " names that name a secret (\"DB_CRED\"), or \"re:\" and a regular expression.")
 RECORD_COMMAND = Option(
