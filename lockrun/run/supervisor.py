@@ -32,7 +32,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
 from lockrun.core.errors import ExitCode
 from lockrun.core.masking import BUILT_IN, Masking, mask_command
@@ -60,6 +60,35 @@ class ChildExit(NamedTuple):
         if self.signal is not None:
             return ExitCode.SIGNAL_BASE + self.signal
         return self.returncode or 0
+
+
+def _foreground_tty() -> int | None:
+    """stdin's terminal if lockrun runs in its foreground group, else None."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _send_environment(ctl_w: int, extra_env: dict[str, str] | None) -> None:
+    """What the launcher adds to the environment it execs with; the pipe closed."""
+    message = json.dumps(extra_env or {}).encode()
+    with contextlib.suppress(OSError):  # the launcher died: the error pipe below says so
+        write_all(ctl_w, message)
+    os.close(ctl_w)
+
+
+def _give_the_terminal(tty_candidate: int | None, pgid: int) -> int | None:
+    """The terminal the command's group now has in its foreground, if lockrun had it."""
+    if tty_candidate is not None:
+        try:
+            os.tcsetpgrp(tty_candidate, pgid)
+            return tty_candidate
+        except OSError:
+            pass
+    return None
 
 
 class Supervisor:
@@ -108,15 +137,6 @@ class Supervisor:
 
     # -- spawning ---------------------------------------------------------------------
 
-    def _foreground_tty(self) -> int | None:
-        """stdin's terminal if lockrun runs in its foreground group, else None."""
-        try:
-            if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
-                return 0
-        except OSError:
-            pass
-        return None
-
     def prepare(self) -> None:
         """Fork the command's process and start the watchdog ahead of the exec; idempotent.
 
@@ -129,6 +149,17 @@ class Supervisor:
         """
         if self.pid is not None:
             return
+        self._become_subreaper()
+        self.watchdog.start()
+        pid = self._fork_launcher()
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
+        self.pid = self.pgid = pid
+        self.signals.forward_to(pid)
+        self.watchdog.arm(pid)
+        self._track_descendants()
+
+    def _become_subreaper(self) -> None:
         if self._prctl is None:
             self._prctl = load_prctl() or False
         if self._prctl and not self.keep_detached:
@@ -137,19 +168,17 @@ class Supervisor:
             if not self._subreaper:
                 self.leftovers.untracked = "PR_SET_CHILD_SUBREAPER was refused"
         self.leftovers.reaps_orphans = self._subreaper or os.getpid() == 1  # as PID 1, every orphan is ours
-        self.watchdog.start()
+
+    def _fork_launcher(self) -> int:
+        """The launcher's pid: a fork blocked on its control pipe until :meth:`spawn` writes to it."""
         prctl = self._prctl or None
         parent = os.getpid()
-        tty_fd = self._foreground_tty()
+        tty_fd = _foreground_tty()
         # Resolved now, so the exec is one execve and not a walk along PATH.
         self._program = shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath))
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
-        output_fds = None
-        if self.tail is not None:
-            from lockrun.run.capture import output_pipes
-
-            self._output_routes, output_fds = output_pipes()
+        output_fds = self._output_pipes()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the launcher process; it never returns
             launch(self.argv, self._program, self.env, ctl_r, err_w, prctl, parent, tty_fd, output_fds)
@@ -157,12 +186,19 @@ class Supervisor:
         os.close(err_w)
         for fd in {fd for fd in output_fds or () if fd is not None}:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also from this side: the group exists before we signal it
-        self.pid = self.pgid = pid
-        self.signals.forward_to(pid)
         self._ctl_w, self._err_r, self._tty_candidate = ctl_w, err_r, tty_fd
-        self.watchdog.arm(pid)
+        return pid
+
+    def _output_pipes(self) -> tuple[int | None, int | None] | None:
+        """With a tail to keep, the pipes the command writes its output to (the launcher's ends)."""
+        if self.tail is None:
+            return None
+        from lockrun.run.capture import output_pipes
+
+        self._output_routes, output_fds = output_pipes()
+        return output_fds
+
+    def _track_descendants(self) -> None:
         if self._subreaper and descendants.proc_usable():
             self.leftovers.tracks = True
         elif self._subreaper:
@@ -175,37 +211,35 @@ class Supervisor:
         if it cannot be executed."""
         self.prepare()
         assert self.pid is not None and self.pgid is not None and self._ctl_w is not None and self._err_r is not None
-        message = json.dumps(extra_env or {}).encode()
-        with contextlib.suppress(OSError):  # the launcher died: the error pipe below says so
-            write_all(self._ctl_w, message)
-        os.close(self._ctl_w)
+        _send_environment(self._ctl_w, extra_env)
         self._ctl_w = None
-        if self._tty_candidate is not None:
-            try:
-                os.tcsetpgrp(self._tty_candidate, self.pgid)
-                self._tty_fd = self._tty_candidate
-            except OSError:
-                pass
+        self._tty_fd = _give_the_terminal(self._tty_candidate, self.pgid)
         report = read_all(self._err_r)  # EOF at a successful exec (the pipe is close-on-exec)
         os.close(self._err_r)
         self._err_r = None
         if report:
-            self._reap_unlaunched()
-            self.watchdog.disarm()
-            code = int(report.split(b":")[0] or 0)
-            program = mask_command(self.argv[:1], self.masking)[0]  # named as the run records it
-            raise spawn_error(program, OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+            self._launch_failed(report)
         self.launched = True
         self.leftovers.command_launched()
+        self._start_pump()
+        # A signal that arrived before the command existed is forwarded now.
+        for signum in self.signals.received:
+            signal_group(self.pgid, signum)
+        return self.pid
+
+    def _launch_failed(self, report: bytes) -> NoReturn:
+        self._reap_unlaunched()
+        self.watchdog.disarm()
+        code = int(report.split(b":")[0] or 0)
+        program = mask_command(self.argv[:1], self.masking)[0]  # named as the run records it
+        raise spawn_error(program, OSError(code, os.strerror(code)) if code else OSError("launcher failed"))
+
+    def _start_pump(self) -> None:
         if self._output_routes is not None and self.tail is not None:
             from lockrun.run.capture import Pump
 
             self._pump = Pump(self._output_routes, self.tail, self.spool)
             self._output_routes = None  # the pump owns (and closes) the read ends now
-        # A signal that arrived before the command existed is forwarded now.
-        for signum in self.signals.received:
-            signal_group(self.pgid, signum)
-        return self.pid
 
     def _reap_unlaunched(self) -> None:
         """Let a prepared launcher go without running anything (busy, interrupted, failed)."""
