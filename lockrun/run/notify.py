@@ -30,6 +30,8 @@ from lockrun.core.record import Status
 from lockrun.run.outcome import busy_message
 
 if TYPE_CHECKING:
+    import urllib.request
+
     from lockrun.backends.values import Holder
 
 ATTEMPT_TIMEOUT = 2.0
@@ -76,12 +78,7 @@ def post(url: str, body: bytes, content_type: str, deadline: float | None = None
         left = deadline - time.monotonic()
         if left <= 0.05:
             break
-        request = urllib.request.Request(
-            target, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
-        )
-        if authorization:
-            # Unredirected: a redirect to another host must not carry the credentials along.
-            request.add_unredirected_header("Authorization", authorization)
+        request = _request(target, body, content_type, authorization)
         try:
             with urllib.request.urlopen(request, timeout=min(ATTEMPT_TIMEOUT, left)) as response:
                 response.read(65536)
@@ -93,15 +90,33 @@ def post(url: str, body: bytes, content_type: str, deadline: float | None = None
             if exc.code < 500:  # the endpoint said no: asking again will not change its mind
                 break
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            inner = getattr(exc, "reason", exc)
-            reason = type(inner).__name__ if isinstance(inner, BaseException) else str(inner)
-            if isinstance(inner, OSError) and inner.strerror:
-                reason = inner.strerror
-            if "timed out" in str(inner):
-                reason = "timed out"
+            reason = _reason(exc)
         if attempt + 1 < ATTEMPTS:
             time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
     return f"{redact_endpoint(url)}: {reason}"
+
+
+def _request(target: str, body: bytes, content_type: str, authorization: str | None) -> urllib.request.Request:
+    import urllib.request
+
+    request = urllib.request.Request(
+        target, data=body, method="POST", headers={"Content-Type": content_type, "User-Agent": USER_AGENT}
+    )
+    if authorization:
+        # Unredirected: a redirect to another host must not carry the credentials along.
+        request.add_unredirected_header("Authorization", authorization)
+    return request
+
+
+def _reason(exc: Exception) -> str:
+    """Why a POST got no answer, in a few words (no URL: it may carry credentials)."""
+    inner = getattr(exc, "reason", exc)
+    reason = type(inner).__name__ if isinstance(inner, BaseException) else str(inner)
+    if isinstance(inner, OSError) and inner.strerror:
+        reason = inner.strerror
+    if "timed out" in str(inner):
+        reason = "timed out"
+    return reason
 
 
 class Sending:
@@ -330,16 +345,9 @@ class Delivery:
             self._slow_sendings += send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
         if self.ping_url:
             base, start = self.ping_url, self._start_ping
-
-            def ping() -> str | None:
-                # After the start ping, which healthchecks pairs with the runs it shows.
-                failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
-                failures.append(send_ping(base, "log", self.run_id, line, deadline,
-                                          start.body_limit if start is not None else None))
-                return "; ".join(failure for failure in failures if failure) or None
-
-            self._slow_sendings.append(Sending(redact_endpoint(base), ping, what="log ping",
-                                               thread_name="lockrun-ping"))
+            self._slow_sendings.append(Sending(
+                redact_endpoint(base), lambda: _ping_after_start(base, "log", self.run_id, line, deadline, start),
+                what="log ping", thread_name="lockrun-ping"))
 
     def run_ended(
         self, run: dict[str, Any], holder: Holder | None = None, output_tail: str | None = None
@@ -352,31 +360,46 @@ class Delivery:
         import urllib.request  # noqa: F401
 
         deadline = time.monotonic() + DELIVERY_BUDGET
-        status = run["status"]
-        sendings: list[Sending] = []
-        if self.notify_urls and status in self.notify_on:
-            about_holder = None
-            if holder is not None:
-                about_holder = {k: v for k, v in holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
-            payload = webhook_payload(run, about_holder, output_tail)
-            sendings += send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
-        pinging = self.ping_url and (status != Status.BUSY or self.ping_on_busy)
-        if pinging and self.ping_url:
-            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
-            event = ping_event(status, run["exit_code"], run["signal"])
-            base, start = self.ping_url, self._start_ping
-
-            def ping() -> str | None:
-                # The end ping after the start ping (healthchecks pairs them by rid, in order), but
-                # never without one full attempt of its own: a missing end ping is what alerts.
-                failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
-                failures.append(send_ping(base, event, self.run_id, body, deadline,
-                                          start.body_limit if start is not None else None))
-                return "; ".join(failure for failure in failures if failure) or None
-
-            sendings.append(Sending(redact_endpoint(base), ping))
-        elif self._start_ping is not None:
-            sendings.append(self._start_ping.sending)
+        sendings = self._end_webhooks(run, holder, output_tail, deadline)  # started first, as they take longest
+        sendings += self._end_ping(run, holder, output_tail, deadline)
         sendings += self._slow_sendings
-        failures = [sending.result(deadline) for sending in sendings]
-        return "; ".join(failure for failure in failures if failure) or None
+        return _failures([sending.result(deadline) for sending in sendings])
+
+    def _end_webhooks(
+        self, run: dict[str, Any], holder: Holder | None, output_tail: str | None, deadline: float,
+    ) -> list[Sending]:
+        if not self.notify_urls or run["status"] not in self.notify_on:
+            return []
+        about_holder = None
+        if holder is not None:
+            about_holder = {k: v for k, v in holder._asdict().items() if k in HOLDER_FIELDS_FOR_PAYLOAD}
+        payload = webhook_payload(run, about_holder, output_tail)
+        return send_webhooks(list(self.notify_urls), payload, self.slack, deadline)
+
+    def _end_ping(
+        self, run: dict[str, Any], holder: Holder | None, output_tail: str | None, deadline: float,
+    ) -> list[Sending]:
+        """The end ping (a busy run's only with ``--ping-on-busy``); without one, the start ping
+        is still waited for."""
+        if self.ping_url and (run["status"] != Status.BUSY or self.ping_on_busy):
+            body = output_tail or (busy_message(holder) if holder else run["error"]) or ""
+            event = ping_event(run["status"], run["exit_code"], run["signal"])
+            base, start = self.ping_url, self._start_ping
+            return [Sending(redact_endpoint(base),
+                            lambda: _ping_after_start(base, event, self.run_id, body, deadline, start))]
+        return [self._start_ping.sending] if self._start_ping is not None else []
+
+
+def _ping_after_start(
+    base: str, event: str, run_id: str, body: str, deadline: float, start: StartPing | None,
+) -> str | None:
+    """A ping after the start ping (healthchecks pairs them by rid, in order, with the runs it
+    shows), but never without one full attempt of its own: a missing end ping is what alerts."""
+    failures = [start.wait(deadline - ATTEMPT_TIMEOUT)] if start is not None else []
+    failures.append(send_ping(base, event, run_id, body, deadline, start.body_limit if start is not None else None))
+    return _failures(failures)
+
+
+def _failures(failures: list[str | None]) -> str | None:
+    """What failed, as one line; None if nothing did."""
+    return "; ".join(failure for failure in failures if failure) or None
