@@ -153,18 +153,8 @@ class AsyncLockBlock:
         return Lease(run)
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
-        mine = [run for run in self._runs if run.owner == ("task", id(asyncio.current_task()))]
-        run = (mine or self._runs)[-1]
-        self._runs.remove(run)
-        target = run.task_target
-        target.disarm()  # before any await: no cancel of ours reaches the task after this line
-        error = exc
-        if target.cancelled:
-            uncancel = getattr(run.task_target.task, "uncancel", None)
-            if uncancel is not None:  # Python 3.11+: our cancel() is consumed, as asyncio.timeout does
-                uncancel()
-            if isinstance(exc, asyncio.CancelledError):
-                error = run.lost_error()
+        run = self._leaving()
+        error = _disarmed(run, exc)
         instead = await asyncio.shield(_in_thread(asyncio.get_running_loop(), lambda: run.leave(error),
                                                   f"lockrun-exit {self.spec.name}"))
         if instead is not None:
@@ -172,6 +162,28 @@ class AsyncLockBlock:
         if error is not exc and isinstance(error, LeaseLost):
             raise error.with_traceback(exc.__traceback__ if exc is not None else None) from None
         return False
+
+    def _leaving(self) -> _TaskRun:
+        """The run this task entered last (else the last one entered), no longer entered."""
+        mine = [run for run in self._runs if run.owner == ("task", id(asyncio.current_task()))]
+        run = (mine or self._runs)[-1]
+        self._runs.remove(run)
+        return run
+
+
+def _disarmed(run: _TaskRun, exc: BaseException | None) -> BaseException | None:
+    """The run's delivery disarmed; what the block ended with: ``exc``, or the LeaseLost that our
+    cancel of the task (a lost lease) became."""
+    target = run.task_target
+    target.disarm()  # before any await: no cancel of ours reaches the task after this line
+    error = exc
+    if target.cancelled:
+        uncancel = getattr(run.task_target.task, "uncancel", None)
+        if uncancel is not None:  # Python 3.11+: our cancel() is consumed, as asyncio.timeout does
+            uncancel()
+        if isinstance(exc, asyncio.CancelledError):
+            error = run.lost_error()
+    return error
 
 
 TRANSITIONS.update({AsyncLockBlock.__aenter__.__code__, AsyncLockBlock.__aexit__.__code__})

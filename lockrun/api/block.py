@@ -26,7 +26,7 @@ import time
 import uuid
 
 from lockrun.api.delivery import Delivered, Target, Teller
-from lockrun.api.ending import block_outcome
+from lockrun.api.ending import block_outcome, not_run_outcome
 from lockrun.api.errors import Busy, LeaseLost, Paused, Unavailable
 from lockrun.api.holds import HOLDS, Owner
 from lockrun.api.settings import block_settings
@@ -81,6 +81,27 @@ def program() -> list[str]:
 def site_of(module: object, qualname: object) -> str:
     """``myapp.tasks:sync_invoices``: the function (or module) whose block took the lock."""
     return f"{module or '?'}:{qualname or '?'}"
+
+
+def _held_in_this_process(name: str, why: str, owner: Owner) -> Busy:
+    """Busy: the name is held (or waited for) by this thread or task (``why`` "self"), or another."""
+    whose = "this thread" if owner[0] == "thread" else "this task"
+    if why == "self":
+        return Busy(f"lock {name!r} is already held by {whose} (a block of the same name inside"
+                    " another): lockrun locks are not re-entrant", name=name)
+    return Busy(f"lock {name!r} is busy: held by another thread of this process ({os.getpid()})", name=name)
+
+
+def _the_lease(got: object, name: str, resolved: config_settings.Settings) -> BackendLease:
+    """The acquire's answer: the lease, or Paused, Busy (the holder's message) or a LockrunError."""
+    if isinstance(got, BackendLease):
+        return got
+    if isinstance(got, PauseRecord):
+        raise Paused(f"lock {name!r} is {got.describe()}: not run", name=name)
+    if isinstance(got, Holder):
+        label = "local backend, this host only" if not resolved.redis_url else f"redis {resolved.backend_where}"
+        raise Busy(busy_message(got, label), name=name)
+    raise LockrunError(f"unexpected answer to the acquire of {name!r}: {type(got).__name__}")
 
 
 # -- one block's run -------------------------------------------------------------------------------
@@ -154,12 +175,7 @@ class BlockRun:
         why = HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at)
         if why is not None:
             self.hold_key = None  # not ours to give back
-            whose = "this thread" if self.owner[0] == "thread" else "this task"
-            if why == "self":
-                raise Busy(f"lock {spec.name!r} is already held by {whose} (a block of the same name inside"
-                           " another): lockrun locks are not re-entrant", name=spec.name)
-            raise Busy(f"lock {spec.name!r} is busy: held by another thread of this process ({os.getpid()})",
-                       name=spec.name)
+            raise _held_in_this_process(spec.name, why, self.owner)
         call_timeout = call_timeout_for(resolved.ttl, resolved.socket_timeout)
 
         def make() -> Backend:
@@ -182,14 +198,7 @@ class BlockRun:
                 with contextlib.suppress(Exception):
                     self.backend.release_token(spec.name, self.client.token)  # type: ignore[union-attr]
             raise
-        if isinstance(got, BackendLease):
-            return got
-        if isinstance(got, PauseRecord):
-            raise Paused(f"lock {spec.name!r} is {got.describe()}: not run", name=spec.name)
-        if isinstance(got, Holder):
-            label = "local backend, this host only" if not resolved.redis_url else f"redis {resolved.backend_where}"
-            raise Busy(busy_message(got, label), name=spec.name)
-        raise LockrunError(f"unexpected answer to the acquire of {spec.name!r}: {type(got).__name__}")
+        return _the_lease(got, spec.name, resolved)
 
     def _cancelled(self) -> bool:
         """Whether the wait should end now (lock_async's task was cancelled)."""
@@ -200,20 +209,7 @@ class BlockRun:
         journal = self.journal
         assert journal is not None
         journal.acquire_over()
-        if isinstance(exc, Paused):
-            outcome = Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=str(exc))
-        elif isinstance(exc, Busy):
-            outcome = Outcome(exit_code=ExitCode.BUSY, status=Status.BUSY, note=str(exc))
-        elif isinstance(exc, Unavailable):
-            outcome = Outcome(exit_code=ExitCode.UNAVAILABLE, status=Status.UNAVAILABLE, error=str(exc))
-        elif isinstance(exc, LockrunError):
-            outcome = Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
-        elif isinstance(exc, KeyboardInterrupt):
-            outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + 2, status=Status.ERROR,
-                              error="interrupted (KeyboardInterrupt) before the block started")
-        else:
-            outcome = Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR,
-                              error=f"interrupted before the block started: {exc!r}")
+        outcome = not_run_outcome(exc)
         level = logging.INFO if isinstance(exc, Busy) else logging.WARNING
         logger.log(level, "%s", outcome.note or outcome.error)
         journal.mark_ended()
@@ -275,31 +271,38 @@ class BlockRun:
         keeper = self.keeper
         assert keeper is not None
         try:
-            while not self.stop.is_set():
-                problem = lease_problem(keeper, time.monotonic())
-                if problem is not None:
-                    self.lose(problem)
-                    break
-                self.wake.wait(max(0.0, keeper.must_stop_at - time.monotonic()))
-                self.wake.clear()
-            else:
+            if not self._found_lost(keeper):
                 return
             target = self.target
             if target is not None:
                 target.deliver()
             keeper.stop()  # after the delivery: an in-flight renewal may take its whole timeout
-            if target is None:
-                return
-            end = keeper.expires_at  # the lease as last renewed ends here, whatever the block does
-            while not self.stop.is_set():
-                now = time.monotonic()
-                if now >= end:
-                    self.end_unattended()
-                    return
-                pause = end - now if target.deliver() else min(DELIVERY_RETRY_S, end - now)
-                self.stop.wait(pause)
+            if target is not None:
+                self._tell_until_the_end(keeper, target)
         except Exception:  # noqa: BLE001 - a watcher that fails says so; the exit still ends the run
             logger.exception("the watcher of %r failed", self.name)
+
+    def _found_lost(self, keeper: Keeper) -> bool:
+        """Until the exit stops the watcher: True once the lease is found lost (and said so)."""
+        while not self.stop.is_set():
+            problem = lease_problem(keeper, time.monotonic())
+            if problem is not None:
+                self.lose(problem)
+                return True
+            self.wake.wait(max(0.0, keeper.must_stop_at - time.monotonic()))
+            self.wake.clear()
+        return False
+
+    def _tell_until_the_end(self, keeper: Keeper, target: Teller) -> None:
+        """Tell the block again until its exit begins, or end it unattended at the lease's end."""
+        end = keeper.expires_at  # the lease as last renewed ends here, whatever the block does
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if now >= end:
+                self.end_unattended()
+                return
+            pause = end - now if target.deliver() else min(DELIVERY_RETRY_S, end - now)
+            self.stop.wait(pause)
 
     def end_unattended(self) -> None:
         """The lease has ended and the block has not: its thread is in a call that does not come back
@@ -326,6 +329,26 @@ class BlockRun:
         ``error`` (a LeaseLost), or None to let ``error`` (or nothing) go on."""
         if os.getpid() != self.pid:
             return None  # a child forked inside the block: the lease is its parent's
+        ended = self._stop_watching()
+        lost = self.current_problem()
+        ours = error is not None and any(error is raised for raised in self.raised)
+        delivered = isinstance(error, Delivered) and error.name == self.name
+        if not ended:
+            self._end(error, lost, lost_raised=ours or delivered)
+        self.left = True
+        return self._to_raise(error, lost, lost_raised=ours or delivered, delivered=delivered)
+
+    def _to_raise(
+        self, error: BaseException | None, lost: str | None, *, lost_raised: bool, delivered: bool,
+    ) -> LeaseLost | None:
+        if lost is None or (self.spec.on_lost == "flag" and not lost_raised):
+            return None
+        if delivered and error is not None:  # the asynchronous exception's class: a plain LeaseLost, same traceback
+            return LeaseLost(str(error), name=self.name, reason=lost).with_traceback(error.__traceback__)
+        return self.lost_error(lost) if error is None else None
+
+    def _stop_watching(self) -> bool:
+        """The watcher stopped (and waited for) and the keeper too; whether the watcher had ended the run."""
         try:
             if self.target is not None:
                 self.target.disarm()
@@ -340,26 +363,17 @@ class BlockRun:
             self.stop.set()
             if self.keeper is not None:
                 self.keeper.stop()
-        lost = self.current_problem()
-        ours = error is not None and any(error is raised for raised in self.raised)
-        delivered = isinstance(error, Delivered) and error.name == self.name
-        if not ended:
-            try:
-                self._leave_recorded(error, lost, lost_raised=ours or delivered)
-            except Exception as failure:  # noqa: BLE001 - the block's own outcome matters more than ours
-                logger.exception("lockrun failed to record or release %r", self.name)
-                assert self.journal is not None
-                self.journal.finish_after_failure(failure)
-            finally:
-                self._let_go()
-        self.left = True
-        if lost is None or (self.spec.on_lost == "flag" and not (ours or delivered)):
-            return None
-        if delivered and error is not None:  # the asynchronous exception's class: a plain LeaseLost, same traceback
-            return LeaseLost(str(error), name=self.name, reason=lost).with_traceback(error.__traceback__)
-        if error is None:
-            return self.lost_error(lost)
-        return None
+        return ended
+
+    def _end(self, error: BaseException | None, lost: str | None, *, lost_raised: bool) -> None:
+        try:
+            self._leave_recorded(error, lost, lost_raised=lost_raised)
+        except Exception as failure:  # noqa: BLE001 - the block's own outcome matters more than ours
+            logger.exception("lockrun failed to record or release %r", self.name)
+            assert self.journal is not None
+            self.journal.finish_after_failure(failure)
+        finally:
+            self._let_go()
 
     def _leave_recorded(self, error: BaseException | None, lost: str | None, *, lost_raised: bool) -> None:
         assert self.journal is not None and self.lease is not None
@@ -373,19 +387,8 @@ class BlockRun:
         self._record(outcome)
 
     def _record(self, outcome: Outcome) -> None:
-        """Release with the run's end in the fleet record, then the final row (runner._release's way)."""
         assert self.journal is not None and self.client is not None and self.lease is not None
-        journal = self.journal
-        journal.mark_ended()
-        kept, lost = released_as(outcome, True), released_as(outcome, False)
-        record = FleetRecord(journal.row(kept), None, if_lost=journal.row(lost))
-        released = self.client.release(self.lease, lost=outcome.lease_lost,
-                                       succeeded=outcome.status == Status.SUCCEEDED, record=record)
-        if released is False and not outcome.lease_lost:
-            logger.warning("lock %r was no longer this block's when it released it (it expired, was evicted,"
-                           " stolen or cleared): another run may have overlapped this one; its ledger row says"
-                           " lock_lost_at_release", self.name)
-        journal.finish(released_as(outcome, released))
+        _release_and_finish(self.journal, self.client, self.lease, outcome, self.name)
 
     def _let_go(self) -> None:
         """Give back this process's hold of the name, and close what only this run used (a local
@@ -399,3 +402,18 @@ class BlockRun:
         if self.hold_key is not None:
             HOLDS.give(self.hold_key, self.owner)
             self.hold_key = None
+
+
+def _release_and_finish(journal: RunJournal, client: LeaseClient, lease: BackendLease, outcome: Outcome,
+                        name: str) -> None:
+    """Release with the run's end in the fleet record, then the final row (runner._release's way)."""
+    journal.mark_ended()
+    kept, lost = released_as(outcome, True), released_as(outcome, False)
+    record = FleetRecord(journal.row(kept), None, if_lost=journal.row(lost))
+    released = client.release(lease, lost=outcome.lease_lost, succeeded=outcome.status == Status.SUCCEEDED,
+                              record=record)
+    if released is False and not outcome.lease_lost:
+        logger.warning("lock %r was no longer this block's when it released it (it expired, was evicted,"
+                       " stolen or cleared): another run may have overlapped this one; its ledger row says"
+                       " lock_lost_at_release", name)
+    journal.finish(released_as(outcome, released))

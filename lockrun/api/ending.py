@@ -1,5 +1,6 @@
-"""How a block ended, as a run's outcome: the ledger status, the exit status the CLI would give the
-same end, and the note (docs/python.md "What a block records"). Pure: no clock, no backend.
+"""How a block ended (or why it did not start), as a run's outcome: the ledger status, the exit
+status the CLI would give the same end, and the note (docs/python.md "What a block records").
+Pure: no clock, no backend.
 
     the block ended without an exception, or with SystemExit(0)  succeeded  exit 0
     it raised (SystemExit(N): exit N, else 1)                    failed     note: raised TYPE
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import signal
 
-from lockrun.core.errors import ExitCode
+from lockrun.api.errors import Busy, Paused, Unavailable
+from lockrun.core.errors import ExitCode, LockrunError
 from lockrun.core.record import Status
 from lockrun.run.outcome import Outcome
 
@@ -47,17 +49,38 @@ def block_outcome(
             note += f"; the block raised {type_name(error)}"
         return Outcome(exit_code=ExitCode.LOST, status=Status.LOST, fencing_token=fencing_token, note=note,
                        lease_lost=True)
-    if error is None or (isinstance(error, SystemExit) and _exit_status(error.code) == 0):
-        outcome = Outcome(exit_code=ExitCode.OK, status=Status.SUCCEEDED, command_exit=0, fencing_token=fencing_token)
-    elif isinstance(error, KeyboardInterrupt):
-        sigint = int(signal.SIGINT)
-        outcome = Outcome(exit_code=ExitCode.SIGNAL_BASE + sigint, status=Status.KILLED, signal=sigint,
-                          fencing_token=fencing_token, note="KeyboardInterrupt")
-    else:
-        code = _exit_status(error.code) if isinstance(error, SystemExit) else 1
-        what = f"SystemExit({code})" if isinstance(error, SystemExit) else type_name(error)
-        outcome = Outcome(exit_code=code, status=Status.FAILED, command_exit=code, fencing_token=fencing_token,
-                          note=f"raised {what}")
+    outcome = _ended(error, fencing_token)
     if lost is not None:  # on_lost="flag": the block went on (--on-lost continue's row)
         outcome = outcome.noted(f"lease lost: {lost}")._replace(lease_lost=True)
     return outcome
+
+
+def _ended(error: BaseException | None, fencing_token: int) -> Outcome:
+    """The outcome of what the block did, the lease aside."""
+    if error is None or (isinstance(error, SystemExit) and _exit_status(error.code) == 0):
+        return Outcome(exit_code=ExitCode.OK, status=Status.SUCCEEDED, command_exit=0, fencing_token=fencing_token)
+    if isinstance(error, KeyboardInterrupt):
+        sigint = int(signal.SIGINT)
+        return Outcome(exit_code=ExitCode.SIGNAL_BASE + sigint, status=Status.KILLED, signal=sigint,
+                       fencing_token=fencing_token, note="KeyboardInterrupt")
+    code = _exit_status(error.code) if isinstance(error, SystemExit) else 1
+    what = f"SystemExit({code})" if isinstance(error, SystemExit) else type_name(error)
+    return Outcome(exit_code=code, status=Status.FAILED, command_exit=code, fencing_token=fencing_token,
+                   note=f"raised {what}")
+
+
+def not_run_outcome(exc: BaseException) -> Outcome:
+    """The outcome of a block that did not start: its entry raised ``exc``."""
+    if isinstance(exc, Paused):
+        return Outcome(exit_code=ExitCode.OK, status=Status.PAUSED, note=str(exc))
+    if isinstance(exc, Busy):
+        return Outcome(exit_code=ExitCode.BUSY, status=Status.BUSY, note=str(exc))
+    if isinstance(exc, Unavailable):
+        return Outcome(exit_code=ExitCode.UNAVAILABLE, status=Status.UNAVAILABLE, error=str(exc))
+    if isinstance(exc, LockrunError):
+        return Outcome(exit_code=exc.exit_code, status=Status.ERROR, error=str(exc))
+    if isinstance(exc, KeyboardInterrupt):
+        return Outcome(exit_code=ExitCode.SIGNAL_BASE + 2, status=Status.ERROR,
+                       error="interrupted (KeyboardInterrupt) before the block started")
+    return Outcome(exit_code=ExitCode.INTERNAL, status=Status.ERROR,
+                   error=f"interrupted before the block started: {exc!r}")
