@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from lockrun.core.errors import ConfigError, UsageError
 from lockrun.core.printable import quoted
@@ -33,40 +33,50 @@ def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = U
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         raise error(f"invalid Redis URL {quoted(redact_url(url))}: cannot parse it") from None
+    problem = _shape_problem(parts) or _query_problem(parts)
+    if problem is not None:
+        raise error(f"invalid Redis URL {quoted(redact_url(url))}: {problem}")
+    return url
+
+
+def _shape_problem(parts: SplitResult) -> str | None:
+    """What is wrong with a redis://, rediss:// or unix:// URL's scheme, numbers or socket path."""
     db_path = parts.path if parts.scheme != "unix" else ""
     number = _non_ascii_number(parts.netloc.rpartition("@")[2], db_path, parts.query)
     if number is not None:  # Python 3.10's urlsplit reads a port of other digits (٦٣٧٩) as a number
-        raise error(f"invalid Redis URL {quoted(redact_url(url))}: {number} must be written in ASCII digits")
+        return f"{number} must be written in ASCII digits"
     if parts.scheme not in REDIS_SCHEMES:
-        raise error(
-            f"invalid Redis URL {quoted(redact_url(url))}: the scheme must be redis://, rediss://, unix://,"
-            " redis+cluster:// or redis+sentinel://"
-        )
+        return "the scheme must be redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://"
     if parts.scheme == "unix" and not parts.path:
-        raise error(f"invalid Redis URL {quoted(redact_url(url))}: a unix:// URL needs a socket path")
+        return "a unix:// URL needs a socket path"
+    return None
+
+
+def _query_problem(parts: SplitResult) -> str | None:
+    """The first query parameter the URL's scheme does not take, as a message."""
     allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
     for key, _ in parse_qsl(parts.query, keep_blank_values=True):
         if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
-            raise error(f"invalid Redis URL {quoted(redact_url(url))}: {key} applies to rediss:// (TLS) URLs only")
+            return f"{key} applies to rediss:// (TLS) URLs only"
         if key not in allowed + TLS_QUERY_PARAMETERS:
-            raise error(
-                f"invalid Redis URL {quoted(redact_url(url))}: unknown query parameter {quoted(key)}"
-                f" (known: {', '.join(allowed)}; with rediss://: ssl_*)"
-            )
-    return url
+            return f"unknown query parameter {quoted(key)} (known: {', '.join(allowed)}; with rediss://: ssl_*)"
+    return None
+
+
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _non_ascii_number(hostport: str, path: str, query: str) -> str | None:
     """Which number of a URL (its port, the database in its path or ``?db=``) is not ASCII digits."""
     port = hostport.rpartition("]")[2].rpartition(":")[2] if ":" in hostport.rpartition("]")[2] else ""
-    if port and not (port.isascii() and port.isdigit()):
+    if port and not _ascii_digits(port):
         return "the port"
     db = path.strip("/")
-    if db and not (db.isascii() and db.isdigit()):
+    if db and not _ascii_digits(db):
         return "the database number"
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key == "db" and not (value.isascii() and value.isdigit()):
-            return "the database number"
+    if any(key == "db" and not _ascii_digits(value) for key, value in parse_qsl(query, keep_blank_values=True)):
+        return "the database number"
     return None
 
 
@@ -101,28 +111,33 @@ def parse_cluster_url(url: str) -> ClusterURL:
     """
     scheme, _, rest = url.partition("://")
     netloc, _, path = rest.split("?", 1)[0].partition("/")
-    service, db = None, 0
-    if scheme in SENTINEL_SCHEMES:
-        service, _, db_text = path.strip("/").partition("/")
-        if not service:
-            raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
-        if db_text and not (db_text.isascii() and db_text.isdigit()):
-            raise ValueError(f"the database after the master's name is a number, not {quoted(db_text)}")
-        db = int(db_text or 0)
+    service, db = _sentinel_master(path) if scheme in SENTINEL_SCHEMES else (None, 0)
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
     if at:
         user, colon, secret = userinfo.partition(":")
         username, password = unquote(user) or None, unquote(secret) if colon else None
-    nodes = []
-    for item in filter(None, hosts.split(",")):
-        host, colon, port = item.rpartition(":")
-        if not colon or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {quoted(item)}")
-        nodes.append((host.strip("[]"), int(port)))
+    nodes = [_node(item) for item in filter(None, hosts.split(","))]
     if not nodes:
         raise ValueError(f"a {scheme}:// URL needs at least one host:port")
     return ClusterURL(nodes, username, password, scheme.startswith("rediss"), service, db)
+
+
+def _sentinel_master(path: str) -> tuple[str, int]:
+    """The master's name and database in a redis+sentinel:// URL's path."""
+    service, _, db_text = path.strip("/").partition("/")
+    if not service:
+        raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
+    if db_text and not _ascii_digits(db_text):
+        raise ValueError(f"the database after the master's name is a number, not {quoted(db_text)}")
+    return service, int(db_text or 0)
+
+
+def _node(item: str) -> tuple[str, int]:
+    host, colon, port = item.rpartition(":")
+    if not colon or not host or not _ascii_digits(port) or not 0 < int(port) < 65536:
+        raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {quoted(item)}")
+    return host.strip("[]"), int(port)
 
 
 def without_password(url: str) -> str:
@@ -173,20 +188,24 @@ def redact_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, has_password, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{hostport}" if has_password else f"{userinfo}@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(key.lower() == "password" for key, _ in pairs):
-            query = urlencode(
-                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*", quote_via=quote
-            )
+    netloc, query = _netloc_redacted(parts.netloc), _query_redacted(parts.query)
     # Reassembled by hand: urlunsplit() would turn unix:///path into unix:/path.
     text = f"{parts.scheme}://{netloc}{parts.path}" if "//" in url[:len(parts.scheme) + 3] else urlunsplit(
         (parts.scheme, netloc, parts.path, "", "")
     )
     return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def _netloc_redacted(netloc: str) -> str:
+    if "@" not in netloc:
+        return netloc
+    userinfo, _, hostport = netloc.rpartition("@")
+    user, has_password, _ = userinfo.partition(":")
+    return f"{user}:***@{hostport}" if has_password else f"{userinfo}@{hostport}"
+
+
+def _query_redacted(query: str) -> str:
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(key.lower() == "password" for key, _ in pairs):
+        return query
+    return urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*", quote_via=quote)
