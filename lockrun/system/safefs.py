@@ -125,13 +125,7 @@ def check_ancestors(path: Path | str, what: str) -> None:
     everyone else from renaming it. ``path`` itself, and anything missing on the way (lockrun
     creates it, 0700), are for :func:`private_dir` to judge. One ``lstat`` per component.
     """
-    absolute = _absolute(path)
-    parent = os.path.dirname(absolute.rstrip("/")) or "/"
-    if parent in _SAFE_DIRECTORIES:  # checked before, with all above it: only the last step is new
-        current, pending = parent, _parts(absolute)[-1:]
-    else:
-        current, pending = "/", _parts(absolute)
-        _check_above("/", os.lstat("/"), path, what)
+    current, pending = _first_steps(path, what)
     links = 0
     while pending:
         name = pending.pop(0)
@@ -139,26 +133,12 @@ def check_ancestors(path: Path | str, what: str) -> None:
             current = os.path.dirname(current) or "/"  # a real directory's parent: checked on the way down
             continue
         candidate = os.path.join(current, name)
-        try:
-            st = os.lstat(candidate)
-        except (FileNotFoundError, NotADirectoryError):
+        st = _lstat_on_the_way(candidate, path, what)
+        if st is None:
             return  # lockrun creates the rest, or private_dir names what is in the way
-        except OSError as exc:
-            raise UnsafePath(f"cannot use {what} {path}: cannot look at {candidate}: {exc.strerror or exc}") from None
         if stat.S_ISLNK(st.st_mode):
-            if not trusted_owner(st.st_uid):
-                raise UnsafePath(
-                    f"{what} {path} goes through {candidate}, a symbolic link owned by uid {st.st_uid}, not by you"
-                    f" (uid {os.geteuid()}) or root; refusing it (its owner could point it elsewhere)"
-                )
             links += 1
-            if links > MAX_LINKS:
-                raise UnsafePath(f"cannot use {what} {path}: too many levels of symbolic links")
-            try:
-                target = os.readlink(candidate)
-            except OSError as exc:
-                raise UnsafePath(f"cannot use {what} {path}: cannot read the link {candidate}: {exc.strerror}"
-                                 ) from None
+            target = _link_on_the_way(candidate, st, links, path, what)
             pending = _parts(target) + pending
             if target.startswith("/"):
                 current = "/"
@@ -167,6 +147,41 @@ def check_ancestors(path: Path | str, what: str) -> None:
             return  # path itself (private_dir checks it), or a file in the way (private_dir says so)
         _check_above(candidate, st, path, what)
         current = candidate
+
+
+def _first_steps(path: Path | str, what: str) -> tuple[str, list[str]]:
+    """Where the walk to ``path`` begins (``/``, checked, or a parent checked before) and its steps."""
+    absolute = _absolute(path)
+    parent = os.path.dirname(absolute.rstrip("/")) or "/"
+    if parent in _SAFE_DIRECTORIES:  # checked before, with all above it: only the last step is new
+        return parent, _parts(absolute)[-1:]
+    _check_above("/", os.lstat("/"), path, what)
+    return "/", _parts(absolute)
+
+
+def _lstat_on_the_way(candidate: str, path: Path | str, what: str) -> os.stat_result | None:
+    """``candidate``'s lstat; None when it is missing (or a file is in the way)."""
+    try:
+        return os.lstat(candidate)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise UnsafePath(f"cannot use {what} {path}: cannot look at {candidate}: {exc.strerror or exc}") from None
+
+
+def _link_on_the_way(candidate: str, st: os.stat_result, links: int, path: Path | str, what: str) -> str:
+    """Where the link ``candidate`` (the walk's ``links``-th) points, if it is root's or ours."""
+    if not trusted_owner(st.st_uid):
+        raise UnsafePath(
+            f"{what} {path} goes through {candidate}, a symbolic link owned by uid {st.st_uid}, not by you"
+            f" (uid {os.geteuid()}) or root; refusing it (its owner could point it elsewhere)"
+        )
+    if links > MAX_LINKS:
+        raise UnsafePath(f"cannot use {what} {path}: too many levels of symbolic links")
+    try:
+        return os.readlink(candidate)
+    except OSError as exc:
+        raise UnsafePath(f"cannot use {what} {path}: cannot read the link {candidate}: {exc.strerror}") from None
 
 
 def _make_dirs(path: Path) -> None:
