@@ -6,8 +6,9 @@ bound on one backend call) as one :class:`~lockrun.run.job.Job`, and the backend
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lockrun.config import options as o
 from lockrun.config import values
@@ -23,37 +24,48 @@ if TYPE_CHECKING:
     from lockrun.run.runner import Run
 
 
+class _Conflict(NamedTuple):
+    breaks: Callable[[Plan], object]  # true when the plan has it
+    message: str  # {slots}: the plan's --slots
+
+
+#: The options that cannot go together, checked in this order. A value from the config file's top
+#: level is a default for every job: it gives way (``min_hold`` under ``--slots``, ``output`` under
+#: ``--keep-detached``); values given for this run or this name (plan.explicit) must agree.
+CONFLICTS = (
+    _Conflict(lambda plan: plan[o.SLOTS] > 1 and (plan[o.REPLACE] or plan.explicit(o.MIN_HOLD) is not None),
+              "--slots cannot be combined with --replace or --min-hold (yet)"),
+    # A --once key is checked as a holder starts and marked done as it ends: N holders at once
+    # would all find the period's work not done yet, and all do it.
+    _Conflict(lambda plan: plan[o.SLOTS] > 1 and (plan[o.ONCE] is not None or plan[o.ONCE_PER] is not None),
+              "--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
+              " run the same key's work at the same time"),
+    _Conflict(lambda plan: plan[o.SLOTS] > 1 and plan[o.ONCE_EVERY] is not None,
+              "--slots {slots} cannot be combined with --once-every: {slots} holders could all find"
+              " the last success old enough, and all run"),
+    _Conflict(lambda plan: plan.explicit(o.OUTPUT_TAIL) is False and plan.explicit(o.CAPTURE_TAIL) is not None,
+              "--no-tail and --capture-tail cannot be combined: --capture-tail asks to keep output,"
+              " --no-tail to keep none; pick one"),
+    _Conflict(lambda plan: plan.explicit(o.EVERY) is not None and plan.explicit(o.SCHEDULE) is not None,
+              "--every and --schedule cannot be combined: declare one cadence"),
+    _Conflict(lambda plan: plan.explicit(o.GRACE) is not None and plan[o.EVERY] is None and plan[o.SCHEDULE] is None,
+              "--grace widens a declared cadence: give --every or --schedule with it"),
+    # Held output goes through lockrun's pump, which ends with lockrun: the daemon left running
+    # would die of SIGPIPE at its next write (docs/operating.md "Output").
+    _Conflict(lambda plan: plan[o.KEEP_DETACHED] and plan.explicit(o.OUTPUT) == "on-failure",
+              "--keep-detached and --output on-failure cannot be combined: what the command leaves"
+              " running would write into lockrun's pump, which ends with lockrun; pick one"),
+    _Conflict(lambda plan: plan.explicit(o.ONCE) is not None and plan.explicit(o.ONCE_PER) is not None,
+              "--once and --once-per cannot be combined: --once-per is --once with the period's"
+              " start as the key; pick one"),
+)
+
+
 def check_combinations(plan: Plan) -> None:
-    """UsageError (exit 2) for options that cannot go together. A value from the config file's top
-    level is a default for every job: it gives way (``min_hold`` under ``--slots``, ``output`` under
-    ``--keep-detached``); values given for this run or this name (plan.explicit) must agree."""
-    given = plan.explicit
-    slots = plan[o.SLOTS]
-    if slots > 1 and (plan[o.REPLACE] or given(o.MIN_HOLD) is not None):
-        raise UsageError("--slots cannot be combined with --replace or --min-hold (yet)")
-    if slots > 1 and (plan[o.ONCE] is not None or plan[o.ONCE_PER] is not None):
-        # A --once key is checked as a holder starts and marked done as it ends: N holders at once
-        # would all find the period's work not done yet, and all do it.
-        raise UsageError(f"--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
-                         " run the same key's work at the same time")
-    if slots > 1 and plan[o.ONCE_EVERY] is not None:
-        raise UsageError(f"--slots {slots} cannot be combined with --once-every: {slots} holders could all find"
-                         " the last success old enough, and all run")
-    if given(o.OUTPUT_TAIL) is False and given(o.CAPTURE_TAIL) is not None:
-        raise UsageError("--no-tail and --capture-tail cannot be combined: --capture-tail asks to keep output,"
-                         " --no-tail to keep none; pick one")
-    if given(o.EVERY) is not None and given(o.SCHEDULE) is not None:
-        raise UsageError("--every and --schedule cannot be combined: declare one cadence")
-    if given(o.GRACE) is not None and plan[o.EVERY] is None and plan[o.SCHEDULE] is None:
-        raise UsageError("--grace widens a declared cadence: give --every or --schedule with it")
-    if plan[o.KEEP_DETACHED] and given(o.OUTPUT) == "on-failure":
-        # Held output goes through lockrun's pump, which ends with lockrun: the daemon left running
-        # would die of SIGPIPE at its next write (docs/operating.md "Output").
-        raise UsageError("--keep-detached and --output on-failure cannot be combined: what the command leaves"
-                         " running would write into lockrun's pump, which ends with lockrun; pick one")
-    if given(o.ONCE) is not None and given(o.ONCE_PER) is not None:
-        raise UsageError("--once and --once-per cannot be combined: --once-per is --once with the period's"
-                         " start as the key; pick one")
+    """UsageError (exit 2) for options that cannot go together (:data:`CONFLICTS`)."""
+    for conflict in CONFLICTS:
+        if conflict.breaks(plan):
+            raise UsageError(conflict.message.format(slots=plan[o.SLOTS]))
 
 
 def plan_run(plan: Plan, argv: list[str], report: Report) -> Run:
