@@ -20,6 +20,10 @@ from lockrun.core.printable import printable
 
 if TYPE_CHECKING:
     from lockrun.backends.protocol import Backend
+    from lockrun.config.settings import Settings
+    from lockrun.core.errors import BackendUnavailable
+    from lockrun.system.own_output import OutputFailed
+    from lockrun.views.status import StatusReport
     from lockrun.views.unlock import Inspection
 
 
@@ -52,18 +56,29 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool, every_name
     runs used another backend than this shell, one line on stderr says how
     they were configured (status, history and unlock alike).
     """
-    from lockrun.render import tables as render
-    from lockrun.system.own_output import OutputFailed
     from lockrun.views.status import status_report
 
     resolved = resolved_settings(ctx)
     if every_name and names:
         raise click.UsageError("--all lists every name: give no NAME with it", ctx=ctx)
     report = status_report(resolved, list(names) if names else None, every_name)
-    view = report.view
     if report.ledger_warning:
         say(report.ledger_warning)
-    output_failed = None
+    output_failed = _print_locks(report, resolved, as_json, every_name)
+    if report.hint:
+        say(report.hint)
+    for warning in report.evicting:
+        say(warning)
+    _raise_after_printing(report.view.unreachable, output_failed)
+    ctx.exit(0)
+
+
+def _print_locks(report: StatusReport, resolved: Settings, as_json: bool, every_name: bool) -> OutputFailed | None:
+    """The locks as JSON or a table; why they could not be printed, if they could not."""
+    from lockrun.render import tables as render
+    from lockrun.system.own_output import OutputFailed
+
+    view = report.view
     try:
         if as_json:
             render.print_json({"backend": report.backend, "locks": view.locks})
@@ -72,18 +87,18 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool, every_name
                                 unreachable=view.unreachable is not None, notes=view.notes, every_name=every_name)
         sys.stdout.flush()
     except OutputFailed as exc:  # the lines below and exit 69 still matter more than the table
-        output_failed = exc
-    if report.hint:
-        say(report.hint)
-    for warning in report.evicting:
-        say(warning)
-    if view.unreachable is not None:
+        return exc
+    return None
+
+
+def _raise_after_printing(unreachable: BackendUnavailable | None, output_failed: OutputFailed | None) -> None:
+    """Exit 69 for an unreachable backend (after what the ledger knows), else for output that failed."""
+    if unreachable is not None:
         if output_failed is not None and not output_failed.broken_pipe:
             say(output_failed.reason)
-        raise view.unreachable
+        raise unreachable
     if output_failed is not None:
         raise output_failed
-    ctx.exit(0)
 
 
 @cli.command(context_settings=CONTEXT)

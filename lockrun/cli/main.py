@@ -52,6 +52,13 @@ def main(argv: list[str] | None = None) -> None:
         from lockrun.cli import completion
 
         completion.use_whole_fish_descriptions()
+    sys.exit(own_output.finish(_run(args), say))
+
+
+def _run(args: list[str]) -> int:
+    """The command's exit code; what went wrong as one line on stderr, never a traceback."""
+    from lockrun.system import own_output
+
     try:
         code = cli.main(args=args, prog_name="lockrun", standalone_mode=False)
     except own_output.OutputFailed as exc:
@@ -70,4 +77,4 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
         say(f"internal error: {exc!r}")
         code = ExitCode.INTERNAL
-    sys.exit(own_output.finish(int(code or 0), say))
+    return int(code or 0)
