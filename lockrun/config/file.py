@@ -68,6 +68,21 @@ def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError,
     As sudo and ssh do: owned by root or by the user lockrun runs as, writable by nobody
     else. With ``private`` (a password), others may not read it either.
     """
+    fd, st = _open_regular(path, what, error)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            _check_trusted(path, st, what, error, private)
+            os.set_blocking(fd, True)
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise error(f"{what} {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data
+
+
+def _open_regular(path: Path, what: str, error: type[ConfigError]) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file at ``path`` (not yet trusted), and its stat."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except IsADirectoryError:
@@ -82,40 +97,48 @@ def _read_trusted(path: Path, what: str, error: type[ConfigError] = ConfigError,
     if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory with its own error
         os.close(fd)
         raise error(f"{what} {path} is not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            try:
-                check_owner_and_mode(path, st, what)
-            except UnsafePath as exc:
-                raise error(str(exc)) from None
-            if private and st.st_mode & stat.S_IRWXO:
-                raise error(
-                    f"{what} {path} can be read by others (mode {stat.S_IMODE(st.st_mode):04o}); refusing it:"
-                    f" chmod o-rwx {path}"
-                )
-            os.set_blocking(fd, True)
-            data = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError as exc:
-            raise error(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise error(f"{what} {path} is larger than {MAX_CONFIG_BYTES} bytes")
-    return data
+    return fd, st
+
+
+def _check_trusted(path: Path, st: os.stat_result, what: str, error: type[ConfigError], private: bool) -> None:
+    try:
+        check_owner_and_mode(path, st, what)
+    except UnsafePath as exc:
+        raise error(str(exc)) from None
+    if private and st.st_mode & stat.S_IRWXO:
+        raise error(
+            f"{what} {path} can be read by others (mode {stat.S_IMODE(st.st_mode):04o}); refusing it:"
+            f" chmod o-rwx {path}"
+        )
 
 
 def load_config(explicit: str | None) -> ConfigFile:
     """Read the first config file that exists; a file named explicitly must exist."""
+    path = _config_path(explicit)
+    if path is None:
+        return ConfigFile()
+    text, data = _read_toml(path)
+    lines = text.splitlines()
+    jobs = data.pop(JOB_TABLE, {})
+    top = _checked(data, FILE_KEYS, path, lines, None)
+    return ConfigFile(path, top, _checked_jobs(jobs, path, lines))
+
+
+def _config_path(explicit: str | None) -> Path | None:
+    """The file named (it must exist), else the first of the usual places that does; None: none."""
     if explicit:
         path = Path(explicit)
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist (named by --config or LOCKRUN_CONFIG)")
         if not path.is_file():
             raise ConfigError(f"config file {path} is not a regular file (named by --config or LOCKRUN_CONFIG)")
-        candidates = [path]
-    else:
-        candidates = [p for p in default_config_paths() if p.is_file()][:1]
-    if not candidates:
-        return ConfigFile()
-    path = candidates[0]
+        return path
+    candidates = [p for p in default_config_paths() if p.is_file()]
+    return candidates[0] if candidates else None
+
+
+def _read_toml(path: Path) -> tuple[str, dict[str, object]]:
+    """The file's text and its TOML."""
     try:
         text = _read_trusted(path, "config file").decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -124,19 +147,22 @@ def load_config(explicit: str | None) -> ConfigFile:
         data = _toml_loads(text) if text.strip() else {}  # an empty file is valid, and parsing it costs an import
     except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
-    lines = text.splitlines()
-    jobs = data.pop(JOB_TABLE, {})
-    config = ConfigFile(path, _checked(data, FILE_KEYS, path, lines, None))
+    return text, data
+
+
+def _checked_jobs(jobs: object, path: Path, lines: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``[job.NAME]`` tables, each name checked and each table by JOB_KEYS."""
     if not isinstance(jobs, dict) or not all(isinstance(table, dict) for table in jobs.values()):
         raise ConfigError(f"config file {_where(path, lines, JOB_TABLE)}: {JOB_TABLE} must be tables"
                           " [job.NAME] of a job's own options")
+    checked = {}
     for name, table in jobs.items():
         try:
             validate_name(name)
         except UsageError as exc:
             raise ConfigError(f"config file {_where(path, lines, None, name)}: [job.NAME]: {exc}") from None
-        config.jobs[name] = _checked(table, JOB_KEYS, path, lines, name)
-    return config
+        checked[name] = _checked(table, JOB_KEYS, path, lines, name)
+    return checked
 
 
 def _checked(data: dict[str, object], allowed: frozenset[str], path: Path, lines: list[str],

@@ -44,23 +44,34 @@ def _parse_time(value: str) -> datetime | None:
     if not value.isascii() or value != value.strip():  # ASCII digits only, nothing around them: the one rule
         return None
     local_now = datetime.now().astimezone()
-    midnight = datetime.combine(local_now.date(), time()).astimezone()
-    words = {"now": local_now, "today": midnight, "yesterday": _local(datetime.combine(
-        local_now.date() - timedelta(days=1), time()))}
-    if value.lower() in words:
-        return words[value.lower()].astimezone(timezone.utc)
+    named = _named_moment(value.lower(), local_now)
+    if named is not None:
+        return named.astimezone(timezone.utc)
     try:
         if len(value) <= 8 and ":" in value:  # HH:MM or HH:MM:SS, today
             clock = time.fromisoformat(value)
             return _local(datetime.combine(local_now.date(), clock)).astimezone(timezone.utc)
-        if value.endswith(("Z", "z")):
-            value = value[:-1] + "+00:00"
-        moment = datetime.fromisoformat(value)
+        moment = _iso_moment(value)
     except ValueError:
         return None
     if not FIRST_YEAR <= moment.year <= LAST_YEAR:
         raise OverflowError(moment.year)
     return (_local(moment) if moment.tzinfo is None else moment).astimezone(timezone.utc)
+
+
+def _named_moment(word: str, local_now: datetime) -> datetime | None:
+    """``now``, ``today`` (its midnight) or ``yesterday`` (its midnight), in local time; else None."""
+    midnight = datetime.combine(local_now.date(), time()).astimezone()
+    words = {"now": local_now, "today": midnight, "yesterday": _local(datetime.combine(
+        local_now.date() - timedelta(days=1), time()))}
+    return words.get(word)
+
+
+def _iso_moment(value: str) -> datetime:
+    """An ISO 8601 date or time (``Z`` for UTC too); ValueError if it is none."""
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    return datetime.fromisoformat(value)
 
 
 def _local(naive: datetime) -> datetime:

@@ -94,18 +94,21 @@ def parse_time_span(
 ) -> float:
     """Seconds from ``90``, ``0.5``, ``90s``, ``2m``, ``1.5h`` or ``7d``: more than 0 (``allow_zero``:
     0 too), at least ``minimum``, at most ``maximum``; anything else is one UsageError line."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):  # a TOML number: seconds
-        shown, value = repr(text), float(text)
-    else:
-        match = _SPAN_RE.fullmatch(str(text))
-        shown = quoted(str(text))
-        value = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
+    shown, value = _span(text)
     ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and minimum <= value <= maximum
     if not ok:  # NaN compares false: also a value too long to be finite
         raise UsageError(
             f"invalid {what} {shown}: expected {TIME_SYNTAX}, {seconds_range(minimum, allow_zero, maximum)}"
         )
     return value
+
+
+def _span(text: str | float) -> tuple[str, float]:
+    """A time value as a message shows it, and its seconds (NaN: not written as one)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):  # a TOML number: seconds
+        return repr(text), float(text)
+    match = _SPAN_RE.fullmatch(str(text))
+    return quoted(str(text)), float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
 
 
 def is_time_span(text: str) -> bool:
