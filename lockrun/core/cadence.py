@@ -89,7 +89,11 @@ def _parsed(text: str) -> Cadence | None:
     every = _seconds(data.get("every"))
     if every is not None:
         return Cadence(every_s=every, grace_s=grace_s)
-    schedule, tz = data.get("schedule"), data.get("tz")
+    return _scheduled(data.get("schedule"), data.get("tz"), grace_s)
+
+
+def _scheduled(schedule: object, tz: object, grace_s: float) -> Cadence | None:
+    """A declared cron schedule and its zone, if they are ones lockrun can use."""
     if not isinstance(schedule, str) or cron_problem(schedule) is not None:
         return None
     if tz is not None and (not isinstance(tz, str) or _zone(tz) is None):

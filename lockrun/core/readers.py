@@ -117,36 +117,50 @@ def as_text(value: object) -> str | None:
 
 
 def as_int(value: object, low: int, high: int) -> int | None:
+    number = _whole(value)
+    if number is not None and not low <= number <= high:
+        raise Unusable(f"{number} is outside {low}..{high}")
+    return number
+
+
+def _whole(value: object) -> int | None:
+    """A whole number as it is stored: digits (an empty field: None), an integral float, an int."""
     if isinstance(value, (bytes, str)):
-        text = as_text(value)
-        if text is None:
-            return None  # an empty field: not known yet (child_pid before the first renewal)
-        if not _INTEGER_RE.fullmatch(text.strip()):
-            raise Unusable(f"{quoted(text, 40)} is not a whole number")
-        value = int(text)
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    elif value is None:
+        return _whole_text(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if value is None:
         return None
-    elif isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int):
         raise Unusable(f"a {type(value).__name__}, not a whole number")
-    if not low <= value <= high:
-        raise Unusable(f"{value} is outside {low}..{high}")
     return value
+
+
+def _whole_text(value: bytes | str) -> int | None:
+    text = as_text(value)
+    if text is None:
+        return None  # an empty field: not known yet (child_pid before the first renewal)
+    if not _INTEGER_RE.fullmatch(text.strip()):
+        raise Unusable(f"{quoted(text, 40)} is not a whole number")
+    return int(text)
 
 
 def as_command(value: object) -> list[str]:
     if value is None:
         return []
     if isinstance(value, (bytes, str)):
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        try:
-            value = json.loads(text) if text else []
-        except (ValueError, RecursionError):
-            raise Unusable("not a JSON list") from None
+        value = _json_of(value)
     if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
         raise Unusable("not a list of strings")
     return [arg for arg in value if isinstance(arg, str)]  # all of them: a list[str] for the type checker
+
+
+def _json_of(value: bytes | str) -> object:
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    try:
+        return json.loads(text) if text else []
+    except (ValueError, RecursionError):
+        raise Unusable("not a JSON list") from None
 
 
 def int_between(low: int, high: int) -> Callable[[object], int | None]:
