@@ -9,7 +9,7 @@ so :func:`row_from_fields` accepts anything and keeps only values of the right t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -157,24 +157,35 @@ def row_from_fields(name: str, fields: Mapping[Any, object], backend: str = "red
     raw = {text_of(key): value for key, value in fields.items()}
     row: Row = {}
     for field in ROW_FIELDS:
-        value = raw.get(field)
         if field == "name":
             row[field] = name
         elif field == "backend":
             row[field] = backend
-        elif field == "command":
-            row[field] = parse_command(value) if value is not None else []
-        elif field in INT_FIELDS:
-            row[field] = parse_int(value) if value is not None else None
-        elif field in FLOAT_FIELDS:
-            row[field] = parse_float(value) if value is not None else None
-        elif field in BOOL_FIELDS:
-            row[field] = parse_bool(value) if value is not None else None
         else:
-            row[field] = text_of(value)[:TEXT_LIMIT] if value is not None else None
+            row[field] = _read_field(field, raw.get(field))
     if not row["status"]:
         row["status"] = "unknown"
     return row
+
+
+def _text_field(value: object) -> str:
+    return text_of(value)[:TEXT_LIMIT]
+
+
+#: How a stored field of a run row is read (any other: as text, cut at TEXT_LIMIT).
+_FIELD_READERS: dict[str, Callable[[object], object]] = {
+    "command": parse_command,
+    **dict.fromkeys(INT_FIELDS, parse_int),
+    **dict.fromkeys(FLOAT_FIELDS, parse_float),
+    **dict.fromkeys(BOOL_FIELDS, parse_bool),
+}
+
+
+def _read_field(field: str, value: object) -> object:
+    """A field's stored value as the row holds it; a missing one is None (the command: [])."""
+    if value is None:
+        return [] if field == "command" else None
+    return _FIELD_READERS.get(field, _text_field)(value)
 
 
 def tail_for_fleet(tail: str | None) -> str:
