@@ -173,29 +173,39 @@ def check_files(path: Path, create: bool) -> None:
         private_dir(path.parent, "the ledger's directory", create=create)
     except UnsafePath as exc:
         raise LedgerError(str(exc)) from None
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            raise LedgerError(f"ledger {path} does not exist yet") from None
-        with contextlib.suppress(FileExistsError):  # another lockrun made it meanwhile: checked by the next look
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        st = os.lstat(path)
+    st = _ledger_stat(path, create)
     for side_path, info in ((path, st), *((Path(f"{path}{side}"), None) for side in SIDE_FILES)):
         if info is None:
             try:
                 info = os.lstat(side_path)
             except FileNotFoundError:
                 continue
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-            raise LedgerError(f"ledger file {side_path} is {kind}; refusing to open it (remove it, or set --ledger)")
-        try:
-            # Someone else's ledger, or one others may write, could be made to say anything (and
-            # it keeps the commands' output tails): as for the config file, StrictModes' rule.
-            check_owner_and_mode(side_path, info, "ledger file")
-        except UnsafePath as exc:
-            raise LedgerError(str(exc)) from None
+        _check_file(side_path, info)
+
+
+def _ledger_stat(path: Path, create: bool) -> os.stat_result:
+    """The ledger's lstat, once it exists (with ``create``: made now, 0600, if it did not)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            raise LedgerError(f"ledger {path} does not exist yet") from None
+        with contextlib.suppress(FileExistsError):  # another lockrun made it meanwhile: checked by the next look
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        return os.lstat(path)
+
+
+def _check_file(side_path: Path, info: os.stat_result) -> None:
+    """A ledger file (or a side file): a regular file, ours, writable by nobody else."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise LedgerError(f"ledger file {side_path} is {kind}; refusing to open it (remove it, or set --ledger)")
+    try:
+        # Someone else's ledger, or one others may write, could be made to say anything (and
+        # it keeps the commands' output tails): as for the config file, StrictModes' rule.
+        check_owner_and_mode(side_path, info, "ledger file")
+    except UnsafePath as exc:
+        raise LedgerError(str(exc)) from None
 
 
 def full_disk_hint(path: Path) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -112,11 +112,17 @@ def _samples(facts: list[JobFacts]) -> dict[str, list[str]]:
                 samples[family].append(f"{{{label}}} {value}")
         for status, count in sorted(job.counts.items()):
             samples["lockrun_runs_total"].append(f'{{{label},status="{escape_label(status)}"}} {count}')
-        for flag, family in FLAG_FAMILIES.items():  # 0 too: a counter that exists before it first counts
-            if job.counted_flags is not None and flag not in job.counted_flags:
-                continue
-            samples[family].append(f"{{{label}}} {(job.flags or {}).get(flag, 0)}")
+        for family, count in _flag_counts(job):
+            samples[family].append(f"{{{label}}} {count}")
     return samples
+
+
+def _flag_counts(job: JobFacts) -> Iterator[tuple[str, int]]:
+    """Each flag's family and count (0 too: a counter that exists before it first counts), but for
+    the flags the job's runs are not counted by."""
+    for flag, family in FLAG_FAMILIES.items():
+        if job.counted_flags is None or flag in job.counted_flags:
+            yield family, (job.flags or {}).get(flag, 0)
 
 
 def _gauges(job: JobFacts) -> list[tuple[str, str | None]]:
@@ -183,16 +189,21 @@ def job_file_text(name: str, facts: list[JobFacts], previous: str | None) -> str
     first, _, rest = (previous or "").partition("\n")
     if first.startswith(WRITERS + " "):
         others = {token for token in first[len(WRITERS):].split() if _NAME_TOKEN.fullmatch(token)} - {name}
-        kept_labels = {escape_label(other) for other in others}
-        families = set(own)
-        for line in rest.splitlines():
-            match = _SAMPLE.fullmatch(line)
-            if match and match["family"] in families and match["label"] in kept_labels:
-                own[match["family"]].append(match["rest"])
+        _keep_series(own, rest, others)
         writers |= others
     for family in own:  # one order, whoever wrote which line: by name, then by the rest
         own[family].sort()
     return _rendered(own, (f"{WRITERS} {' '.join(sorted(writers))}",), every_family=False)
+
+
+def _keep_series(own: dict[str, list[str]], lines: str, others: set[str]) -> None:
+    """Add to ``own`` the other writers' series among ``lines``, as they were."""
+    kept_labels = {escape_label(other) for other in others}
+    families = set(own)
+    for line in lines.splitlines():
+        match = _SAMPLE.fullmatch(line)
+        if match and match["family"] in families and match["label"] in kept_labels:
+            own[match["family"]].append(match["rest"])
 
 
 def write_job_file(path: Path, name: str, facts: Callable[[], list[JobFacts]]) -> None:
