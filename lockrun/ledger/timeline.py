@@ -23,6 +23,16 @@ from typing import Any, NamedTuple
 
 from lockrun.core.record import NOT_A_RUN, Status
 from lockrun.ledger.file import FINISHED_RUN, LIVENESS_COLUMNS, NOT_PAUSED, NOTABLE, rollback
+from lockrun.ledger.timeline_columns import (
+    Others,
+    add_tail,
+    append_run,
+    as_written,
+    last_status,
+    others_of,
+    split_joined,
+    written,
+)
 
 #: The ledger's connection helper: the open database for one operation, SQLite errors translated.
 Connection = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
@@ -47,7 +57,6 @@ DETAIL = ", host, run_id, exit_code, exit_status, signal"
 _USABLE = "duration_s > -1e12 AND duration_s < 1e12"
 _UNUSABLE = ("duration_s IS NULL", "duration_s <= -1e12", "duration_s >= 1e12")
 _SUCCEEDED = str(Status.SUCCEEDED)
-_WRITTEN = len("2026-11-30T14:03:12.000000Z")  # a time as lockrun writes it (clock.ISO_FORMAT)
 # Not a skip, in the form SQLite checks fastest: almost every run succeeded, and a comparison
 # each costs half what NOT IN does.
 _A_RUN = ("(status = '" + _SUCCEEDED + "' OR (" + " AND ".join(f"status != '{status}'" for status in sorted(NOT_A_RUN))
@@ -59,7 +68,7 @@ class Columns(NamedTuple):
 
     starts: list[str]
     ends: list[str]  # a run without an end: as drawn (running: to the chart's now; abandoned: at its start)
-    others: dict[Any, tuple[list[str], list[str]]]  # the runs that did not succeed, per status: starts, ends
+    others: Others  # the runs that did not succeed, per status: starts, ends
     last_status: Any  # of the last run
     marks: list[SqlRow]  # (started_at, ended_at, status) of each skip that started in the window, by start
     median_s: float | None
@@ -165,12 +174,8 @@ class LedgerTimeline:
             for name in all_names:
                 params = {"name": name, "since": since, "until": until, "host": host}
                 if by_host:
-                    hosts = [row[0] for row in rows(db, db.cursor(), hosts_sql, params)]
-                    lanes.extend((name, h) for h in hosts)
-                    if not hosts and names is not None:
-                        lanes.append((name, None))
-                elif names is not None or db.execute(probe, params).fetchone() \
-                        or db.execute(probe_open, params).fetchone():
+                    lanes += _host_lanes(db, name, hosts_sql, params, named=names is not None)
+                elif names is not None or _any_row(db, params, probe, probe_open):
                     lanes.append((name, None))
         return lanes
 
@@ -189,7 +194,7 @@ class LedgerTimeline:
         Skips (``busy``, ``duplicate``, ``unlocked``) ordered by start. Names without a row in the
         window are left out unless named.
         """
-        columns = SPAN + (DETAIL if detail else (", host" if with_host else ""))
+        columns, width = _window_columns(detail, with_host)  # width: the columns before the liveness ones
         host_filter = " AND host = :host" if host is not None else ""
         # One range of the index per name, runs and skips together (split below: cheaper than
         # reading the range twice). typeof() guards: a row someone else wrote with a number for a
@@ -200,19 +205,12 @@ class LedgerTimeline:
             f"{host_filter} ORDER BY ended_at, started_at, status"
         )
         unfinished_sql = open_sql(columns, host_filter)
-        width = 4 + (5 if detail else (1 if with_host else 0))  # the columns before the liveness ones
         all_names = self.names() if names is None else names
         with self._connection() as db:
             cursor = plain_cursor(db)
             for name in all_names:
                 params = {"name": name, "since": since, "until": until, "host": host}
-                runs = rows(db, cursor, finished_sql, params)
-                skips: list[SqlRow] = []
-                is_skip = list(map(NOT_A_RUN.__contains__, map(itemgetter(2), runs)))
-                if any(is_skip):
-                    skips = [row for row in compress(runs, is_skip) if row[0] >= since]
-                    skips.sort()
-                    runs = list(compress(runs, map(not_, is_skip)))
+                runs, skips = _without_skips(rows(db, cursor, finished_sql, params), since)
                 for row in rows(db, cursor, unfinished_sql, params):
                     runs.append((row[0], None, open_status(row, width, self._known_dead), None, *row[4:width]))
                 if runs or skips or names is not None:
@@ -252,14 +250,13 @@ class LedgerTimeline:
                                      f" WHERE {in_window} AND {NOTABLE} AND status IN {SKIPS}", params)
             tail = rows(db, cursor, _tail_sql(host_filter), params)
             unfinished = rows(db, cursor, open_sql(SPAN, host_filter), params)
-            starts, ends = _split(joined_starts, count), _split(joined_ends, count)
-            others = _others(by_status)
+            starts, ends = split_joined(joined_starts, count), split_joined(joined_ends, count)
+            others = others_of(by_status)
             if others is None or starts is None or ends is None:
                 return None
-            last = _last_status(starts, ends, others)
-            marks = [mark for mark in marks if since <= mark[0] < until]
-            edges = [*(mark[0] for mark in marks), *(mark[1] for mark in marks)]
-            last, durations = _add_tail(starts, ends, others, marks, tail, since, last)
+            last = last_status(starts, ends, others)
+            marks, edges = _skips_in(marks, since, until)
+            last, durations = add_tail(starts, ends, others, marks, tail, since, last)
             last = _add_unfinished(starts, ends, others, unfinished, open_end, self._known_dead, last)
             figures = self._median_and_longest(db, in_window, params, count, durations)
         if figures is None:
@@ -268,9 +265,9 @@ class LedgerTimeline:
         # The SVG draws a lane by stretches only if each time is as lockrun writes it: the joined
         # ones are checked at once, the few others (the skips, the runs after the window or not
         # ended) one by one.
-        as_written = _as_written(joined_starts, count) and _as_written(joined_ends, count) and all(
-            map(_written, [*edges, *starts[count:], *ends[count:]]))
-        return Columns(starts, ends, others, last, marks, *figures, as_written)
+        all_written = as_written(joined_starts, count) and as_written(joined_ends, count) and all(
+            map(written, [*edges, *starts[count:], *ends[count:]]))
+        return Columns(starts, ends, others, last, marks, *figures, all_written)
 
     def _median_and_longest(self, db: sqlite3.Connection, in_window: str, params: dict[str, Any], runs: int,
                             tail: list[float]) -> tuple[float | None, float | None] | None:
@@ -279,10 +276,7 @@ class LedgerTimeline:
         ``runs_durations``, ``tail`` holds those of the runs that ended after it. The median walks
         the index in order of duration to the middle instead of sorting; None if the index does
         not bear the count out."""
-        where = f"FROM runs INDEXED BY runs_durations WHERE {in_window} AND {FINISHED_RUN} AND {NOT_PAUSED}"
-        if params["host"] is None and _all_in_window(db, params):
-            # half the work
-            where = f"FROM runs INDEXED BY runs_durations WHERE name = :name AND {FINISHED_RUN} AND {NOT_PAUSED}"
+        where = _durations_where(db, in_window, params)
         # Three ranges of the index (an OR of them would read all of it): usually empty.
         unusable = sum(db.execute(f"SELECT count(*) {where} AND {outside}", params).fetchone()[0]
                        for outside in _UNUSABLE)
@@ -298,11 +292,8 @@ class LedgerTimeline:
         limits = {**params, "limit": wanted[-1] - offset + 1, "offset": offset}
         walked = [row[0] for row in db.execute(f"{walk} LIMIT :limit OFFSET :offset", limits)]
         top = [row[0] for row in db.execute(f"{walk} DESC LIMIT 1", params)]
-        merged = sorted(walked + tail)
-        if len(merged) <= wanted[-1] - offset:
-            return None
-        values = [merged[k - offset] for k in wanted]
-        return values[0] if len(values) == 1 else (values[0] + values[1]) / 2, max(top + tail)
+        median = _median(sorted(walked + tail), wanted, offset)
+        return None if median is None else (median, max(top + tail))
 
     def runs_started_at(self, name: str, starts: list[str], host: str | None = None) -> list[SqlRow]:
         """The runs (skips aside) of ``name`` that started at one of ``starts``, as
@@ -318,6 +309,57 @@ class LedgerTimeline:
                        f"{host_filter}")
                 found += cursor.execute(sql, (name, *part, *([host] if host is not None else []))).fetchall()
         return found
+
+
+def _skips_in(marks: list[SqlRow], since: str, until: str) -> tuple[list[SqlRow], list[Any]]:
+    """The skips that started in the window, and their starts and ends."""
+    marks = [mark for mark in marks if since <= mark[0] < until]
+    return marks, [time for mark in marks for time in mark[:2]]
+
+
+def _durations_where(db: sqlite3.Connection, in_window: str, params: dict[str, Any]) -> str:
+    """Where the durations of the window's finished runs are, in ``runs_durations``."""
+    if params["host"] is None and _all_in_window(db, params):
+        # half the work
+        return f"FROM runs INDEXED BY runs_durations WHERE name = :name AND {FINISHED_RUN} AND {NOT_PAUSED}"
+    return f"FROM runs INDEXED BY runs_durations WHERE {in_window} AND {FINISHED_RUN} AND {NOT_PAUSED}"
+
+
+def _median(merged: list[float], wanted: list[int], offset: int) -> float | None:
+    """The median of them all, from the ``wanted`` middle (one or two) of ``merged``, which begins
+    at the ``offset``-th smallest; None if it holds too few."""
+    if len(merged) <= wanted[-1] - offset:
+        return None
+    values = [merged[k - offset] for k in wanted]
+    return values[0] if len(values) == 1 else (values[0] + values[1]) / 2
+
+
+def _host_lanes(db: sqlite3.Connection, name: str, hosts_sql: str, params: dict[str, Any],
+                named: bool) -> list[tuple[str, str | None]]:
+    """A name's lanes, one per host with a row in the window; a ``named`` one has a lane anyway."""
+    hosts = [row[0] for row in rows(db, db.cursor(), hosts_sql, params)]
+    lanes: list[tuple[str, str | None]] = [(name, host) for host in hosts]
+    return lanes if hosts or not named else [(name, None)]
+
+
+def _any_row(db: sqlite3.Connection, params: dict[str, Any], probe: str, probe_open: str) -> bool:
+    return bool(db.execute(probe, params).fetchone() or db.execute(probe_open, params).fetchone())
+
+
+def _window_columns(detail: bool, with_host: bool) -> tuple[str, int]:
+    """``window``'s columns, and how many come before the liveness ones."""
+    if detail:
+        return SPAN + DETAIL, 9
+    return (SPAN + ", host", 5) if with_host else (SPAN, 4)
+
+
+def _without_skips(runs: list[SqlRow], since: str) -> tuple[list[SqlRow], list[SqlRow]]:
+    """The runs, and apart from them the skips that started in the window, by start."""
+    is_skip = list(map(NOT_A_RUN.__contains__, map(itemgetter(2), runs)))
+    if not any(is_skip):
+        return runs, []
+    skips = sorted(row for row in compress(runs, is_skip) if row[0] >= since)
+    return list(compress(runs, map(not_, is_skip))), skips
 
 
 def _all_in_window(db: sqlite3.Connection, params: dict[str, Any]) -> bool:
@@ -336,7 +378,7 @@ def _joined(db: sqlite3.Connection, in_window: str,
             params: dict[str, Any]) -> tuple[int, bytes | None, bytes | None, list[SqlRow]]:
     """The window's runs (skips aside): how many, their starts and their ends, each joined into
     one string; and per status, the same of those that did not succeed (typeof(status) first)."""
-    db.text_factory = bytes  # the joined strings as stored: decoded once, by _split
+    db.text_factory = bytes  # the joined strings as stored: decoded once, by split_joined
     try:
         count, joined_starts, joined_ends = db.execute(
             "SELECT count(*), group_concat(started_at), group_concat(ended_at) FROM runs"
@@ -350,48 +392,15 @@ def _joined(db: sqlite3.Connection, in_window: str,
     return count, joined_starts, joined_ends, by_status
 
 
-def _others(by_status: list[SqlRow]) -> dict[Any, tuple[list[str], list[str]]] | None:
-    """The runs that did not succeed, per status, split; None for a status that is a number or a
-    blob, or a value that held a comma."""
-    others: dict[Any, tuple[list[str], list[str]]] = {}
-    for kind, status, status_count, status_starts, status_ends in by_status:
-        pair = _split(status_starts, status_count), _split(status_ends, status_count)
-        if kind != b"text" or pair[0] is None or pair[1] is None:
-            return None
-        others[status.decode("utf-8", "replace")] = (pair[0], pair[1])
-    return others
-
-
-def _add_tail(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]],
-              marks: list[SqlRow], tail: list[SqlRow], since: str, last: Any) -> tuple[Any, list[float]]:
-    """The runs that end after the window, after the others (and their skips to ``marks``): the
-    status of the last run, and their durations."""
-    durations: list[float] = []
-    for started, ended, status, duration in tail:
-        if status in NOT_A_RUN:
-            if started >= since:
-                marks.append((started, ended, status))
-            continue
-        last = _append(starts, ends, others, started, ended, status)
-        if duration is not None:
-            durations.append(duration)
-    return last, durations
-
-
-def _add_unfinished(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]],
-                    unfinished: list[SqlRow], open_end: str, known_dead: KnownDead | None, last: Any) -> Any:
+def _add_unfinished(starts: list[str], ends: list[str], others: Others, unfinished: list[SqlRow], open_end: str,
+                    known_dead: KnownDead | None, last: Any) -> Any:
     """The runs without an end, after the others, drawn to ``open_end`` while running: the status
     of the last run."""
     for row in unfinished:
         status = open_status(row, 4, known_dead)
-        last = _append(starts, ends, others, row[0], max(row[0], open_end) if status == Status.RUNNING else row[0],
-                       status)
+        last = append_run(starts, ends, others, row[0],
+                          max(row[0], open_end) if status == Status.RUNNING else row[0], status)
     return last
-
-
-def _written(time: object) -> bool:
-    """A time as lockrun writes it (clock.ISO_FORMAT: 27 ASCII characters)."""
-    return isinstance(time, str) and len(time) == _WRITTEN and time.isascii()
 
 
 def _tail_sql(host_filter: str) -> str:
@@ -399,52 +408,3 @@ def _tail_sql(host_filter: str) -> str:
     return (f"SELECT {SPAN} FROM runs INDEXED BY runs_timeline WHERE name = :name AND ended_at >= :until"
             " AND started_at < :until AND typeof(started_at) = 'text' AND typeof(ended_at) = 'text'"
             f"{host_filter} ORDER BY ended_at, started_at, status")
-
-
-def _as_written(joined: bytes | None, count: int) -> bool:
-    """Whether ``count`` values that SQLite joined with commas (and no more commas) are all times
-    as lockrun writes them: then a comma stands after every 27 bytes, and all are ASCII."""
-    return joined is None or (len(joined) == count * (_WRITTEN + 1) - 1 and joined.isascii()
-                              and joined[_WRITTEN::_WRITTEN + 1] == b"," * (count - 1))
-
-
-def _split(joined: bytes | None, count: int) -> list[str] | None:
-    """``count`` values that SQLite joined with commas, or None if a value held a comma itself."""
-    if joined is None:
-        return [] if count == 0 else None
-    values = joined.decode("utf-8", "replace").split(",")
-    return values if len(values) == count else None
-
-
-def _last_status(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]]) -> Any:
-    """The status of the last of the runs in index order (by end, start, then status): of several
-    with the same end and start, the last status in that order; None when there are none."""
-    if not starts:
-        return None
-    end, start = ends[-1], starts[-1]
-    tied = 1
-    while tied < len(starts) and ends[-1 - tied] == end and starts[-1 - tied] == start:
-        tied += 1
-    present = set()
-    for status, (status_starts, status_ends) in others.items():
-        same = 0  # a status's own runs are in the same order: the tied ones are its last
-        while same < len(status_starts) and status_ends[-1 - same] == end and status_starts[-1 - same] == start:
-            same += 1
-        if same:
-            present.add(status)
-            tied -= same
-    if tied > 0:
-        present.add(_SUCCEEDED)
-    return max(present)
-
-
-def _append(starts: list[str], ends: list[str], others: dict[Any, tuple[list[str], list[str]]], start: str,
-            end: str, status: Any) -> Any:
-    """One more run after the others (one that ends after the window, or has not ended); its status."""
-    starts.append(start)
-    ends.append(end)
-    if status != Status.SUCCEEDED:
-        status_starts, status_ends = others.setdefault(status, ([], []))
-        status_starts.append(start)
-        status_ends.append(end)
-    return status
