@@ -38,16 +38,26 @@ def row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
     for key in ("exit_code", "signal", "exit_status", "pid", "fencing_token", "attempt"):
         item[key] = sql_int(row[key])
     for key in ("duration_s", "waited_s"):
-        seconds = row[key]
-        item[key] = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
-    lost = row["lock_lost_at_release"]
-    item["lock_lost_at_release"] = bool(lost) if isinstance(lost, int) and lost in (0, 1) else None
+        item[key] = _seconds(row[key])
+    item["lock_lost_at_release"] = _flag(row["lock_lost_at_release"])
     item["command"] = _command_list(row["command"])
-    if (item["status"] == Status.RUNNING and known_dead is not None
-            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"],
-                           row["machine_id"])):
+    if item["status"] == Status.RUNNING and _process_gone(row, known_dead):
         item["status"] = Status.ABANDONED  # its lockrun process is gone: it will never finish
     return item
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _flag(value: object) -> bool | None:
+    return bool(value) if isinstance(value, int) and value in (0, 1) else None
+
+
+def _process_gone(row: sqlite3.Row, known_dead: KnownDead | None) -> bool:
+    """Whether the lockrun process that wrote ``row`` is known to be gone."""
+    return known_dead is not None and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"],
+                                                 row["pid_ns"], row["machine_id"])
 
 
 def history_query(name: str | None, host: str | None, since: str | None,
