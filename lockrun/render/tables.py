@@ -123,15 +123,10 @@ def status_table(
     every_name: bool = False,
 ) -> None:
     """``status``; ``every_name`` (``status --all``): every known name, with a NEXT DUE column."""
-    from rich.markup import escape
-
     console = _console()
-    console.print(escape(f"backend: {backend}" + (f" {where}" if where else "")))
-    if unreachable:
-        console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
+    _print_status_head(console, backend, where, unreachable)
     if not locks:
-        console.print("the ledger knows of no run in progress" if unreachable
-                      else "lockrun knows of no name yet" if every_name else "no locks are held")
+        console.print(_nothing_held(unreachable, every_name))
         return
     columns = ["NAME", "STATE", "HOLDER", "AGE", "TTL LEFT", "HEARTBEAT", "COMMAND", "LAST RUN"]
     table = _table(*columns, *(["NEXT DUE"] if every_name else []))
@@ -140,6 +135,21 @@ def status_table(
     console.print(table)
     for line in _status_lines(locks, notes):
         console.print(line)
+
+
+def _print_status_head(console: Console, backend: str, where: str, unreachable: bool) -> None:
+    """The backend, and whether what follows is the ledger's knowledge instead of the backend's."""
+    from rich.markup import escape
+
+    console.print(escape(f"backend: {backend}" + (f" {where}" if where else "")))
+    if unreachable:
+        console.print(_styled("the backend is unreachable: below is what the ledger on this host knows", "yellow"))
+
+
+def _nothing_held(unreachable: bool, every_name: bool) -> str:
+    if unreachable:
+        return "the ledger knows of no run in progress"
+    return "lockrun knows of no name yet" if every_name else "no locks are held"
 
 
 def _status_cells(lock: LockEntry) -> list[str]:

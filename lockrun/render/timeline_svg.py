@@ -249,24 +249,26 @@ def _svg_stretches(chart: tl.LaneChart, stretches: list[Stretch], top: float, ch
     ``details``; several share a rect whose tooltip counts them."""
     singles = [stretch.started_at for stretch in stretches if stretch.run_count == 1]
     found = {(run[0], run[1]): run for run in details(chart, singles)} if details and singles else {}
-    out: list[str] = []
-    for stretch in stretches:
-        # From where its first run is drawn to where its last one is, as _svg_runs draws runs.
-        start = _drawn(x_of(stretch.started_at), x_of(stretch.first_ended_at))[0]
-        end = _drawn(x_of(stretch.last_started_at), x_of(stretch.ended_at))[1]
-        status = tl.worst(stretch.statuses)
-        # The row of a run that has not ended has no end; its status as drawn is the track's
-        # (a running row whose lockrun is gone is drawn abandoned).
-        run = found.get((stretch.started_at, stretch.ended_at.rstrip("~"))) or found.get((stretch.started_at, None))
-        if stretch.run_count == 1 and run is not None:
-            css, tip = "run", _run_tooltip(chart, (*run[:2], status, *run[3:]))
-        else:
-            counts = sorted(stretch.statuses.items(), key=lambda kv: (-kv[1], -tl.SEVERITY.index(kv[0])))
-            css = "runs" if stretch.run_count > 1 else "run"
-            tip = _group_tooltip(chart, stretch.run_count, stretch.started_at, stretch.ended_at, counts)
-        out.append(f'<rect class="{css}" x="{chart_x + start:.2f}" y="{top}" width="{end - start:.2f}" '
-                   f'height="{_BAR_H}" rx="1.5" fill="{_hex(status)}"><title>{escape(tip)}</title></rect>')
-    return out
+    return [_stretch_rect(chart, stretch, found, top, chart_x, x_of) for stretch in stretches]
+
+
+def _stretch_rect(chart: tl.LaneChart, stretch: Stretch, found: dict[tuple[Any, Any], tl.Span], top: float,
+                  chart_x: float, x_of: XOf) -> str:
+    # From where its first run is drawn to where its last one is, as _svg_runs draws runs.
+    start = _drawn(x_of(stretch.started_at), x_of(stretch.first_ended_at))[0]
+    end = _drawn(x_of(stretch.last_started_at), x_of(stretch.ended_at))[1]
+    status = tl.worst(stretch.statuses)
+    # The row of a run that has not ended has no end; its status as drawn is the track's
+    # (a running row whose lockrun is gone is drawn abandoned).
+    run = found.get((stretch.started_at, stretch.ended_at.rstrip("~"))) or found.get((stretch.started_at, None))
+    if stretch.run_count == 1 and run is not None:
+        css, tip = "run", _run_tooltip(chart, (*run[:2], status, *run[3:]))
+    else:
+        counts = sorted(stretch.statuses.items(), key=lambda kv: (-kv[1], -tl.SEVERITY.index(kv[0])))
+        css = "runs" if stretch.run_count > 1 else "run"
+        tip = _group_tooltip(chart, stretch.run_count, stretch.started_at, stretch.ended_at, counts)
+    return (f'<rect class="{css}" x="{chart_x + start:.2f}" y="{top}" width="{end - start:.2f}" '
+            f'height="{_BAR_H}" rx="1.5" fill="{_hex(status)}"><title>{escape(tip)}</title></rect>')
 
 
 def _tooltip(chart: tl.LaneChart, track: tl.Track, runs: list[tl.Span], group: list[int]) -> str:
@@ -302,10 +304,14 @@ def _outcome(status: str, run: tl.Span) -> str:
 def _run_tooltip(chart: tl.LaneChart, run: tl.Span) -> str:
     where = f" ({chart.host})" if chart.host else ""
     status = run[2]
-    outcome = _outcome(status, run)
     ended = run[1]
     until = _local(ended) if ended else ("now" if status == Status.RUNNING else "unknown")
-    text = f"{chart.name}{where}: {outcome}, {_local(run[0])} to {until}"
+    return f"{chart.name}{where}: {_outcome(status, run)}, {_local(run[0])} to {until}" + _run_facts(chart, run)
+
+
+def _run_facts(chart: tl.LaneChart, run: tl.Span) -> str:
+    """What a run's tooltip adds when it is known: its duration, its host, its run id."""
+    text = ""
     if run[3] is not None:
         text += f" ({human_duration(run[3])})"
     host = run[4] if len(run) > 4 else None
@@ -321,18 +327,32 @@ def _epoch_seconds(stamp: str, days: dict[str, int | None]) -> float | None:
     """``parse_iso(stamp).timestamp()``, without a datetime per run: the day's start is worked
     out once per day, the time of day by hand, in whole microseconds (so the sum is the same
     float). Anything but the ledger's form goes through ``parse_iso``."""
-    day = days.get(stamp[:10], -1)
-    if day == -1:
-        moment = parse_iso(stamp[:10] + "T00:00:00.000000Z")
-        day = days[stamp[:10]] = None if moment is None else int(moment.timestamp())
-    clock = stamp[11:13], stamp[14:16], stamp[17:19], stamp[20:26]
-    if (day is None or len(stamp) != 27 or (stamp[10], stamp[13], stamp[16], stamp[19], stamp[26]) != tuple("T::.Z")
-            or not ("".join(clock).isascii() and "".join(clock).isdigit())
-            or not (clock[0] < "24" and clock[1] < "60" and clock[2] < "60")):
+    day = _day_start(stamp[:10], days)
+    clock = _ledger_clock(stamp)
+    if day is None or clock is None:
         moment = parse_iso(stamp)
         return None if moment is None else moment.timestamp()
     seconds = day + int(clock[0]) * 3600 + int(clock[1]) * 60 + int(clock[2])
     return (seconds * 1_000_000 + int(clock[3])) / 1_000_000
+
+
+def _day_start(date: str, days: dict[str, int | None]) -> int | None:
+    """The epoch seconds a UTC date begins at (None: not a date), worked out once per date."""
+    day = days.get(date, -1)
+    if day == -1:
+        moment = parse_iso(date + "T00:00:00.000000Z")
+        day = days[date] = None if moment is None else int(moment.timestamp())
+    return day
+
+
+def _ledger_clock(stamp: str) -> tuple[str, str, str, str] | None:
+    """Hours, minutes, seconds and microseconds of a time in the ledger's form; None for any other."""
+    clock = stamp[11:13], stamp[14:16], stamp[17:19], stamp[20:26]
+    if (len(stamp) != 27 or (stamp[10], stamp[13], stamp[16], stamp[19], stamp[26]) != tuple("T::.Z")
+            or not ("".join(clock).isascii() and "".join(clock).isdigit())
+            or not (clock[0] < "24" and clock[1] < "60" and clock[2] < "60")):
+        return None
+    return clock
 
 
 def _local(stamp: str) -> str:

@@ -152,18 +152,8 @@ def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bo
     segments: list[Segment] = []
     text, style = "", None
     for column, status in enumerate(cells):
-        if status is not None:
-            # Colour adds to the letter (a bar of the status' colour behind it), never replaces it.
-            glyph = tl.LETTERS.get(status, tl.UNKNOWN_LETTER)
-            cell_style = _bar(STATUS_STYLES.get(status)) if colour else None
-        elif marks is not None and marks[column]:
-            glyph = tl.MARK_LETTER
-            cell_style = STATUS_STYLES["busy"] if colour else None
-        elif missed is not None and missed[column]:
-            glyph = tl.MISSED_LETTER
-            cell_style = MISSED_STYLE if colour else None
-        else:
-            glyph, cell_style = " ", None
+        glyph, cell_style = _cell(status, column, marks, missed)
+        cell_style = cell_style if colour else None
         if cell_style != style and text:
             segments.append((text, style))
             text = ""
@@ -172,6 +162,19 @@ def _cell_segments(cells: list[str | None], marks: list[bool] | None, colour: bo
     if text:
         segments.append((text, style))
     return segments
+
+
+def _cell(status: str | None, column: int, marks: list[bool] | None,
+          missed: list[bool] | None) -> tuple[str, str | None]:
+    """A cell's letter, and its style in colour: a run's, a skip's, a missed start's, or blank."""
+    if status is not None:
+        # Colour adds to the letter (a bar of the status' colour behind it), never replaces it.
+        return tl.LETTERS.get(status, tl.UNKNOWN_LETTER), _bar(STATUS_STYLES.get(status))
+    if marks is not None and marks[column]:
+        return tl.MARK_LETTER, STATUS_STYLES["busy"]
+    if missed is not None and missed[column]:
+        return tl.MISSED_LETTER, MISSED_STYLE
+    return " ", None
 
 
 def figure_texts(figures: tl.Figures) -> list[str]:
