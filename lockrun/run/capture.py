@@ -29,7 +29,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from lockrun.system.own_output import inherited
 
@@ -171,32 +171,38 @@ class Pump:
                 read_size = PUMP_READ_SIZE_ONE_PIPE if len(ready) == 1 else PUMP_READ_SIZE
                 for source, _events in ready:
                     target = open_sources.get(source)
-                    if target is None:
+                    if target is None or self._pass_on(source, target, read_size):
                         continue
-                    try:
-                        chunk = os.read(source, read_size)
-                    except OSError:
-                        chunk = b""
-                    if chunk:
-                        self.tail.feed(chunk)
-                        if self.spool is not None and self.spool.keep(target, chunk):
-                            continue
-                        self.writing = True
-                        try:
-                            _write_through(target, chunk)
-                            continue
-                        except OSError as exc:
-                            if exc.errno != errno.EPIPE:  # a reader that went away is no news
-                                self._say_lost(target, exc)
-                            # our own output is gone: let the command find out, as on a closed pipe
-                        finally:
-                            self.writing = False
                     poller.unregister(source)
                     del open_sources[source]
                     os.close(source)
         finally:
             for source in open_sources:
                 os.close(source)
+
+    def _pass_on(self, source: int, target: int, read_size: int) -> bool:
+        """One read of ``source`` passed on to ``target`` (or kept in the spool); False once the
+        pipe is done with: its end, a read that failed, or a destination that did."""
+        try:
+            chunk = os.read(source, read_size)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return False
+        self.tail.feed(chunk)
+        if self.spool is not None and self.spool.keep(target, chunk):
+            return True
+        self.writing = True
+        try:
+            _write_through(target, chunk)
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:  # a reader that went away is no news
+                self._say_lost(target, exc)
+            # our own output is gone: let the command find out, as on a closed pipe
+            return False
+        finally:
+            self.writing = False
 
     def _say_lost(self, target: int, exc: OSError) -> None:
         """Once per stream (its pipe closes now): the note, and one line on stderr if it works."""
@@ -337,12 +343,23 @@ class OutputSpool:
         failed_targets: set[int] = set()
         headers = list(self._headers)
         header_target = 2 if inherited(2) else 1
+        for position, target, chunk in self._frames(self._fd):
+            while headers and headers[0][0] <= position:  # a failed attempt's output begins here
+                with contextlib.suppress(OSError):
+                    _write_through(header_target, headers.pop(0)[1])
+            if target not in failed_targets and not self._write_out(target, chunk):
+                failed_targets.add(target)
+        self._empty()
+
+    def _frames(self, fd: int) -> Iterator[tuple[int, int, bytes]]:
+        """Each kept frame, in order: its offset in the file, its descriptor and its chunk (a read
+        that fails ends them)."""
         pending = b""
         offset = 0
         position = 0  # the file offset of the frame at the head of ``pending``
         while offset < self._kept:
             try:
-                data = os.pread(self._fd, min(_REPLAY_READ, self._kept - offset), offset)
+                data = os.pread(fd, min(_REPLAY_READ, self._kept - offset), offset)
             except OSError:
                 break
             if not data:
@@ -354,19 +371,18 @@ class OutputSpool:
                 if len(pending) < _FRAME.size + length:
                     break
                 chunk, pending = pending[_FRAME.size:_FRAME.size + length], pending[_FRAME.size + length:]
-                while headers and headers[0][0] <= position:  # a failed attempt's output begins here
-                    with contextlib.suppress(OSError):
-                        _write_through(header_target, headers.pop(0)[1])
+                yield position, target, chunk
                 position += _FRAME.size + length
-                if target in failed_targets:
-                    continue
-                try:
-                    _write_through(target, chunk)
-                except OSError as exc:
-                    failed_targets.add(target)
-                    if exc.errno != errno.EPIPE:  # a reader that went away is no news, as in the pump
-                        self.lost.append(say_lost(target, exc, self.shared, "the output held for it is lost"))
-        self._empty()
+
+    def _write_out(self, target: int, chunk: bytes) -> bool:
+        """A kept chunk written to its descriptor; False if that failed."""
+        try:
+            _write_through(target, chunk)
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:  # a reader that went away is no news, as in the pump
+                self.lost.append(say_lost(target, exc, self.shared, "the output held for it is lost"))
+            return False
+        return True
 
     def _empty(self) -> None:
         """Empty the file for the next attempt; its next frame is written at its start again."""
