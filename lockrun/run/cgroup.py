@@ -73,29 +73,47 @@ def _unescape(field: str) -> str:
 def own_cgroup() -> tuple[str, str] | None:
     """lockrun's own cgroup v2: its directory and its path as /proc/PID/cgroup names it, or None
     where it cannot be found."""
-    relative = None
     try:
-        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    relative = line[3:].rstrip("\n")
+        relative = _own_relative()
         if relative is None or not relative.startswith("/") or relative.endswith(" (deleted)"):
             return None
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split()
-                try:
-                    fstype = fields[fields.index("-") + 1]
-                except (ValueError, IndexError):
-                    continue
-                if fstype != "cgroup2" or len(fields) < 5:
-                    continue
-                root, mount_point = _unescape(fields[3]).rstrip("/"), _unescape(fields[4])
-                if relative == root or relative.startswith(root + "/") or not root:
-                    return mount_point.rstrip("/") + relative[len(root):], relative
+        return _under_its_mount(relative)
     except OSError:
         return None
+
+
+def _own_relative() -> str | None:
+    """lockrun's cgroup v2 path, as /proc/self/cgroup names it (its ``0::`` line)."""
+    relative = None
+    with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("0::"):
+                relative = line[3:].rstrip("\n")
+    return relative
+
+
+def _under_its_mount(relative: str) -> tuple[str, str] | None:
+    """The directory of the cgroup ``relative`` under the cgroup2 mount that holds it, and ``relative``."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            mount = _cgroup2_mount(line.split())
+            if mount is None:
+                continue
+            root, mount_point = mount
+            if relative == root or relative.startswith(root + "/") or not root:
+                return mount_point.rstrip("/") + relative[len(root):], relative
     return None
+
+
+def _cgroup2_mount(fields: list[str]) -> tuple[str, str] | None:
+    """A mountinfo line's root and mount point if it mounts cgroup2 (the type follows the "-")."""
+    try:
+        fstype = fields[fields.index("-") + 1]
+    except (ValueError, IndexError):
+        return None
+    if fstype != "cgroup2" or len(fields) < 5:
+        return None
+    return _unescape(fields[3]).rstrip("/"), _unescape(fields[4])
 
 
 def _write(path: str, text: str) -> None:
@@ -214,23 +232,31 @@ def sweep(parent: str, own: str, now: float | None = None) -> list[str]:
     holds their flock, no process is in them, none is below them, made more than SWEEP_AFTER ago."""
     removed: list[str] = []
     now = time.time() if now is None else now
-    try:
-        with os.scandir(parent) as entries:
-            names = [entry.name for _, entry in zip(range(SWEEP_LISTING), entries, strict=False)
-                     if entry.name.startswith(CGROUP_PREFIX) and entry.name != own
-                     and entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return removed
-    for name in names:
+    for name in _sweep_candidates(parent, own):
         if len(removed) >= SWEEP_REMOVALS:
             break
-        if _is_leftover(os.path.join(parent, name), now):
-            try:
-                os.rmdir(os.path.join(parent, name))  # refused (EBUSY) if a process came meanwhile
-            except OSError:
-                continue
+        if _is_leftover(os.path.join(parent, name), now) and _rmdir(os.path.join(parent, name)):
             removed.append(name)
     return removed
+
+
+def _sweep_candidates(parent: str, own: str) -> list[str]:
+    """The first SWEEP_LISTING ``lockrun-*`` directories in ``parent``, ``own`` aside."""
+    try:
+        with os.scandir(parent) as entries:
+            return [entry.name for _, entry in zip(range(SWEEP_LISTING), entries, strict=False)
+                    if entry.name.startswith(CGROUP_PREFIX) and entry.name != own
+                    and entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)  # refused (EBUSY) if a process came meanwhile
+    except OSError:
+        return False
+    return True
 
 
 def _is_leftover(path: str, now: float) -> bool:
