@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from lockrun.core.masking import BUILT_IN, Masking, mask_command
 from lockrun.core.os_text import escaped_all
@@ -118,15 +118,21 @@ def snapshot(root: int, skip: Iterable[int | None] = ()) -> list[Proc]:
     while todo:
         parent = todo.pop()
         kids = tree.get(parent, []) if tree is not None else children(parent)
-        for pid in kids:
-            if pid in seen or pid in skipped:
-                continue
-            seen.add(pid)
-            proc = stat(pid)
-            if proc is not None:
-                found.append(proc)
-                todo.append(pid)
+        for proc in _first_seen(kids, seen, skipped):
+            found.append(proc)
+            todo.append(proc.pid)
     return found
+
+
+def _first_seen(kids: list[int], seen: set[int], skipped: set[int]) -> Iterator[Proc]:
+    """The processes among ``kids`` not seen before (now seen) nor skipped, that still exist."""
+    for pid in kids:
+        if pid in seen or pid in skipped:
+            continue
+        seen.add(pid)
+        proc = stat(pid)
+        if proc is not None:
+            yield proc
 
 
 def none_left(root: int, skip: Iterable[int | None] = ()) -> bool:
@@ -137,33 +143,45 @@ def none_left(root: int, skip: Iterable[int | None] = ()) -> bool:
 
 def send(proc: Proc, signum: int) -> bool:
     """Send ``signum`` to ``proc`` if it is still the process that was seen; True if sent."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is not None:
-        try:
-            fd = opener(proc.pid)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            fd = None  # a kernel without pidfds (before 5.3), or a seccomp filter: the plain way
-        if fd is not None:
-            try:
-                now = stat(proc.pid)  # the pidfd holds this process: is it the one we saw?
-                if now is None or now.start != proc.start:
-                    return False
-                signal.pidfd_send_signal(fd, signum)
-                return True
-            except OSError:
-                return False
-            finally:
-                os.close(fd)
-    now = stat(proc.pid)
-    if now is None or now.start != proc.start:
+    sent = _send_by_pidfd(proc, signum)
+    if sent is not None:
+        return sent
+    if not _still(proc):
         return False
     try:
         os.kill(proc.pid, signum)
     except OSError:
         return False
     return True
+
+
+def _send_by_pidfd(proc: Proc, signum: int) -> bool | None:
+    """:func:`send` through a pidfd, which holds the process while it is checked; None where there
+    are no pidfds (a kernel before 5.3, or a seccomp filter): the plain way."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd = opener(proc.pid)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return None
+    try:
+        if not _still(proc):  # the pidfd holds this process: is it the one we saw?
+            return False
+        signal.pidfd_send_signal(fd, signum)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _still(proc: Proc) -> bool:
+    """Whether ``proc`` is still the process that was seen (its pid not reused since)."""
+    now = stat(proc.pid)
+    return now is not None and now.start == proc.start
 
 
 def command_line(pid: int, limit: int = 60, masking: Masking = BUILT_IN) -> str:

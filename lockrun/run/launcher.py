@@ -44,15 +44,21 @@ def check_runnable(argv: list[str], shown: str | None = None) -> None:
         return
     # Named in one line: a newline or an escape in it is shown escaped, a long one cut.
     program = clipped(argv[0] if shown is None else shown) or "''"  # lockrun -- "": say what is not found
-    if "/" in argv[0]:
-        if os.path.isdir(argv[0]) or (os.path.exists(argv[0]) and not os.access(argv[0], os.X_OK)):
-            raise CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
-        raise CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+    raise _at_a_path(argv[0], program) if "/" in argv[0] else _in_path(argv[0], program)
+
+
+def _at_a_path(path: str, program: str) -> CommandNotRunnable:
+    if os.path.isdir(path) or (os.path.exists(path) and not os.access(path, os.X_OK)):
+        return CommandNotRunnable(f"{program}: permission denied (not an executable file)", ExitCode.NOT_EXECUTABLE)
+    return CommandNotRunnable(f"{program}: command not found", ExitCode.NOT_FOUND)
+
+
+def _in_path(name: str, program: str) -> CommandNotRunnable:
     for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(folder or ".", argv[0])
+        candidate = os.path.join(folder or ".", name)
         if os.path.isfile(candidate):
-            raise CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
-    raise CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
+            return CommandNotRunnable(f"{program}: permission denied (not executable)", ExitCode.NOT_EXECUTABLE)
+    return CommandNotRunnable(f"{program}: command not found in PATH", ExitCode.NOT_FOUND)
 
 
 def spawn_error(program: str, exc: OSError) -> CommandNotRunnable:
@@ -96,17 +102,9 @@ def launch(
     """
     try:
         os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:  # lockrun died before the death signal was armed
-                os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
-        signal.set_wakeup_fd(-1)
-        for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
-        if output_fds is not None:
-            for target, fd in ((1, output_fds[0]), (2, output_fds[1])):
-                if fd is not None:
-                    os.dup2(fd, target)
+        _arm_the_death_signal(prctl, parent)
+        _reset_signals()
+        _route_output(output_fds)
         _close_all_but({ctl_r, err_w})
         message = read_all(ctl_r)
         if not message:
@@ -124,3 +122,25 @@ def launch(
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         write_all(err_w, b"0:")
     os._exit(ExitCode.NOT_FOUND)
+
+
+def _arm_the_death_signal(prctl: Callable[..., int] | None, parent: int) -> None:
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # lockrun died before the death signal was armed
+            os._exit(ExitCode.SIGNAL_BASE + signal.SIGKILL)
+
+
+def _reset_signals() -> None:
+    """The dispositions lockrun changed, back to the defaults, as subprocess does."""
+    signal.set_wakeup_fd(-1)
+    for sig in (*FORWARDED_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _route_output(output_fds: tuple[int | None, int | None] | None) -> None:
+    """With ``output_fds``, stdout and stderr become the pump's pipes."""
+    if output_fds is not None:
+        for target, fd in ((1, output_fds[0]), (2, output_fds[1])):
+            if fd is not None:
+                os.dup2(fd, target)
