@@ -87,6 +87,10 @@ class Strays:
         cgroup = self._cgroup()
         if cgroup is not None:
             cgroup.kill()  # all at once, forks in flight included; the walk below gets the rest
+        return self._kill_rounds(alive)
+
+    def _kill_rounds(self, alive: list[Proc]) -> int:
+        """SIGKILL each of ``alive`` not sent it yet, then walk again: how many were signalled."""
         sent = 0
         for _ in range(KILL_ROUNDS):
             fresh = [p for p in alive if (p.pid, p.start) not in self._killed]

@@ -90,17 +90,26 @@ def datagram(message: str, severity: int, form: str, now: float, pid: int, host:
 
 def send_run(row: dict[str, Any], *, attempt: int, report: Report) -> None:
     """Send the run's line (severity_of its status); a failure is one warning."""
-    import socket
-
     from lockrun.system.host import hostname
 
     address = os.environ.get(SYSLOG_SOCKET_ENV) or DEFAULT_SYSLOG_SOCKET
+    data = datagram(run_line(row, attempt), severity_of(row.get("status")), _form(report), time.time(), os.getpid(),
+                    hostname())
+    _send(address, data, report)
+
+
+def _form(report: Report) -> str:
+    """The line's form, from SYSLOG_FORMAT_ENV (anything else: one warning, and local)."""
     form = os.environ.get(SYSLOG_FORMAT_ENV) or "local"
     if form not in SYSLOG_FORMATS:
         report("warn", f"--syslog: {SYSLOG_FORMAT_ENV}={form!r} is none of {', '.join(SYSLOG_FORMATS)}; using local")
         form = "local"
-    data = datagram(run_line(row, attempt), severity_of(row.get("status")), form, time.time(), os.getpid(),
-                    hostname())
+    return form
+
+
+def _send(address: str, data: bytes, report: Report) -> None:
+    import socket
+
     # A datagram socket, as syslog(3) prefers; a stream socket (some systems' /dev/log) takes the
     # line with a NUL after it, as syslog(3) sends it there.
     for kind, ending in ((socket.SOCK_DGRAM, b""), (socket.SOCK_STREAM, b"\0")):

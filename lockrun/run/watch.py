@@ -137,10 +137,7 @@ class _Watch:
 
     def _keep_the_lease(self, now: float) -> None:
         keeper = self.keeper
-        problem = None
-        if not self.lease_lost:
-            problem = lease_problem(keeper, now)
-            self.lease_lost = problem is not None
+        problem = self._newly_lost(now)
         if problem is not None and self.on_lost == "continue" and not keeper.preempted:
             self.lost_note = f"lease lost at {utc_now_iso()}: {problem}"
             self.report("warn", f"lease on {self.name!r} lost: {problem}; --on-lost continue: the command goes on")
@@ -151,6 +148,14 @@ class _Watch:
             self._stop_for_the_lease(problem or keeper.lost_reason or REPLACED)
             # Dead before the lease we last renewed can expire, however long --kill-after is.
             self.supervisor.terminate(kill_at=min(now + self.kill_after, keeper.kill_deadline()))
+
+    def _newly_lost(self, now: float) -> str | None:
+        """Why the lease is lost, the first time it is found so; None before, and after."""
+        if self.lease_lost:
+            return None
+        problem = lease_problem(self.keeper, now)
+        self.lease_lost = problem is not None
+        return problem
 
     def _stop_for_the_lease(self, why: str) -> None:
         """Say why the command (or what it left behind) is stopped for the lease, and note it."""
