@@ -44,23 +44,36 @@ def mount_of(path: str, mountinfo: str | None = None) -> tuple[str, str] | None:
     """(mount point, file system type) of the mount that holds ``path`` (already resolved): the
     longest mount point above it in ``/proc/self/mountinfo``; None when that cannot be read."""
     if mountinfo is None:
-        try:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-                mountinfo = f.read()
-        except OSError:
+        mountinfo = _read_mountinfo()
+        if mountinfo is None:
             return None
     best: tuple[str, str] | None = None
-    for line in mountinfo.splitlines():
-        head, sep, tail = line.partition(" - ")
-        fields = head.split()
-        if not sep or len(fields) < 5 or not tail.split():
+    for mount in map(_mount, mountinfo.splitlines()):
+        if mount is None:
             continue
-        point = _unescape(fields[4])
+        point = mount[0]
         inside = path == point or path.startswith(point.rstrip("/") + "/")
         # Later lines are mounted over earlier ones at the same point: the last one wins.
         if inside and (best is None or len(point) >= len(best[0])):
-            best = (point, tail.split()[0])
+            best = mount
     return best
+
+
+def _read_mountinfo() -> str | None:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _mount(line: str) -> tuple[str, str] | None:
+    """A mountinfo line's mount point and file system type; None for a line that has none."""
+    head, sep, tail = line.partition(" - ")
+    fields = head.split()
+    if not sep or len(fields) < 5 or not tail.split():
+        return None
+    return _unescape(fields[4]), tail.split()[0]
 
 
 def _nearest_existing(path: Path) -> Path:
