@@ -102,6 +102,21 @@ def plugin_text(text: str) -> str:
 
 def check_report(resolved: Settings, names: list[str] | None, max_age_s: float | None) -> CheckReport:
     """Ask the backend and the ledger, and judge every name (or exactly the named ones)."""
+    read = _read(resolved, names)
+    if isinstance(read, CheckReport):
+        return read
+    entries, successes, evicting = read
+    report = judge_all(entries, successes, evicting, names, max_age_s)
+    if names is None and not any(check.reasons != (NO_RECORD,) for check in report.names) and not evicting:
+        # Nothing to judge is no OK: a monitoring user whose settings are not the jobs' (another
+        # state directory, no Redis URL) would see a green check for ever.
+        return _nothing_to_check(resolved)
+    return report
+
+
+def _read(resolved: Settings, names: list[str] | None) -> (
+        tuple[list[LockEntry], dict[str, tuple[str, str | None]], list[str]] | CheckReport):
+    """The names' locks, last successes and evicting servers; UNKNOWN when they cannot be read."""
     from lockrun.backends.connect import open_backend
     from lockrun.views.reading import open_ledger_or_warning
     from lockrun.views.status import evicting_servers, lock_states
@@ -114,7 +129,7 @@ def check_report(resolved: Settings, names: list[str] | None, max_age_s: float |
         try:
             entries = lock_states(backend, book, names, every_name=names is None)
             successes = last_successes(backend, book, sorted({entry["name"] for entry in entries}))
-            evicting = evicting_servers(backend)
+            return entries, successes, evicting_servers(backend)
         except BackendUnavailable as exc:
             return unknown(f"backend unreachable: {exc}")
         except LedgerError as exc:
@@ -123,16 +138,14 @@ def check_report(resolved: Settings, names: list[str] | None, max_age_s: float |
         backend.close()
         if book is not None:
             book.close()
-    report = judge_all(entries, successes, evicting, names, max_age_s)
-    if names is None and not any(check.reasons != (NO_RECORD,) for check in report.names) and not evicting:
-        # Nothing to judge is no OK: a monitoring user whose settings are not the jobs' (another
-        # state directory, no Redis URL) would see a green check for ever.
-        where = (f"redis {resolved.backend_where}" if resolved.redis_url
-                 else f"the local backend in {resolved.state_dir}")
-        return unknown(f"nothing to check: no run, lock, pause or declaration in the ledger {resolved.ledger_path}"
-                       f" or {where}; name the jobs, or give check the settings their runs use (--ledger,"
-                       " --redis-url, LOCKRUN_STATE_DIR)")
-    return report
+
+
+def _nothing_to_check(resolved: Settings) -> CheckReport:
+    where = (f"redis {resolved.backend_where}" if resolved.redis_url
+             else f"the local backend in {resolved.state_dir}")
+    return unknown(f"nothing to check: no run, lock, pause or declaration in the ledger {resolved.ledger_path}"
+                   f" or {where}; name the jobs, or give check the settings their runs use (--ledger,"
+                   " --redis-url, LOCKRUN_STATE_DIR)")
 
 
 def last_successes(backend: Backend, ledger: Ledger | None, names: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -170,10 +183,15 @@ def judge_all(entries: list[LockEntry], successes: dict[str, tuple[str, str | No
     checks = [judge_name(name, groups.get(name, []), successes.get(name), max_age_s, moment, named=names is not None)
               for name in (list(dict.fromkeys(names)) if names is not None else sorted(groups))]
     state = max([check.state for check in checks] + [WARNING if evicting else OK], key=SEVERITY.__getitem__)
+    return CheckReport(state, first_line(state, checks, evicting), _details(checks, evicting), tuple(checks),
+                       perfdata(checks))
+
+
+def _details(checks: list[NameCheck], evicting: list[str]) -> tuple[str, ...]:
+    """The lines after the first: each name that is not OK, and each server that may evict keys."""
     details = [plugin_text(f"{check.name}: {STATE_NAMES[check.state]}: {'; '.join(check.reasons)}")
                for check in checks if check.state != OK]
-    details += [plugin_text(line) for line in evicting]
-    return CheckReport(state, first_line(state, checks, evicting), tuple(details), tuple(checks), perfdata(checks))
+    return (*details, *(plugin_text(line) for line in evicting))
 
 
 def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | None] | None,
@@ -184,17 +202,32 @@ def judge_name(name: str, entries: list[LockEntry], success: tuple[str, str | No
     age = age_s(success_at, now) if success_at else None
     first = entries[0] if entries else None
     if first is None or not _known(first, entries):
-        reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else NO_RECORD
-        return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
-    pause = first["paused"]
-    if pause and not pause.get("problem"):  # OK at any age: no threshold a perfdata reader would see it past
-        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, None, success_at,
-                         tuple(entries))
+        return _not_known(name, entries, age, success_at, named)
+    paused = _paused(name, entries, age, success_at)
+    if paused is not None:
+        return paused
     critical = _critical_reasons(name, first, _since(age, success_host), age, max_age_s, now)
-    warning = _warning_reasons(name, entries, pause)
+    warning = _warning_reasons(name, entries, first["paused"])
     state = CRITICAL if critical else WARNING if warning else OK
     return NameCheck(name, state, tuple(critical + warning), age, _critical_age(first["cadence"], max_age_s),
                      success_at, tuple(entries))
+
+
+def _paused(name: str, entries: list[LockEntry], age: float | None, success_at: str | None) -> NameCheck | None:
+    """A paused name is OK at any age: no threshold a perfdata reader would see it past (a malformed
+    pause is not honoured: None, judged as any name)."""
+    pause = entries[0]["paused"]
+    if pause and not pause.get("problem"):
+        return NameCheck(name, OK, (f"{name} paused until {pause.get('until')}",), age, None, success_at,
+                         tuple(entries))
+    return None
+
+
+def _not_known(name: str, entries: list[LockEntry], age: float | None, success_at: str | None,
+               named: bool) -> NameCheck:
+    """A name lockrun knows nothing of: UNKNOWN if it was named, else OK (it is only a success)."""
+    reason = f"{name} unknown to lockrun (no run, lock, pause or declaration)" if named else NO_RECORD
+    return NameCheck(name, UNKNOWN if named else OK, (reason,), age, None, success_at, tuple(entries))
 
 
 def _known(first: LockEntry, entries: list[LockEntry]) -> bool:
@@ -206,17 +239,30 @@ def _known(first: LockEntry, entries: list[LockEntry]) -> bool:
 def _critical_reasons(name: str, first: LockEntry, since: str, age: float | None, max_age_s: float | None,
                       now: datetime) -> list[str]:
     """Overdue, the last run failed, or (no cadence declared) older than --max-age."""
-    critical = []
-    if first["overdue_s"] is not None:
-        critical.append(f"{name} overdue {overdue_text(first['overdue_s'])} ({since})")
+    reasons = (_overdue(name, first, since), _failed(name, first, since, now), _too_old(name, first, since, age,
+                                                                                          max_age_s))
+    return [reason for reason in reasons if reason is not None]
+
+
+def _overdue(name: str, first: LockEntry, since: str) -> str | None:
+    if first["overdue_s"] is None:
+        return None
+    return f"{name} overdue {overdue_text(first['overdue_s'])} ({since})"
+
+
+def _failed(name: str, first: LockEntry, since: str, now: datetime) -> str | None:
     last = first["last_run"]
-    if last and last.get("status") in FAILURE_STATUSES:
-        ago = age_s(last.get("ended_at") or last.get("started_at"), now)
-        when = f" {human_duration(ago)} ago" if ago is not None else ""
-        critical.append(f"{name} last run {last['status']} on {last.get('host') or '?'}{when} ({since})")
+    if not last or last.get("status") not in FAILURE_STATUSES:
+        return None
+    ago = age_s(last.get("ended_at") or last.get("started_at"), now)
+    when = f" {human_duration(ago)} ago" if ago is not None else ""
+    return f"{name} last run {last['status']} on {last.get('host') or '?'}{when} ({since})"
+
+
+def _too_old(name: str, first: LockEntry, since: str, age: float | None, max_age_s: float | None) -> str | None:
     if first["cadence"] is None and max_age_s is not None and (age is None or age > max_age_s):
-        critical.append(f"{name} {since}, more than --max-age {human_duration(max_age_s)}")
-    return critical
+        return f"{name} {since}, more than --max-age {human_duration(max_age_s)}"
+    return None
 
 
 def _warning_reasons(name: str, entries: list[LockEntry], pause: dict[str, str | None] | None) -> list[str]:
