@@ -57,19 +57,26 @@ def other_backend_hint(
 ) -> str | None:
     """One line when the newest recent run of some name (of ``names``, or any) on this host used
     another backend than ``backend`` at ``where``; None when they agree or nothing is known."""
+    others = _runs_elsewhere(ledger, backend, where, names)
+    return _hint(others, backend, where, origin) if others else None
+
+
+def _runs_elsewhere(ledger: Ledger | None, backend: str, where: str, names: list[str] | None) -> list[dict[str, Any]]:
+    """The newest recent run of each name, of those that used another backend."""
     if ledger is None:
-        return None
+        return []
     try:
         rows = ledger.recent_configurations(iso_ago(RECENT_S), names)
     except LedgerError:
-        return None
+        return []
     newest: dict[str, dict[str, Any]] = {}
     for row in rows:  # newest first: the first row of a name is how it runs now
         if _readable(row):
             newest.setdefault(row["name"], row)
-    others = [row for row in newest.values() if _differs(row, backend, where)]
-    if not others:
-        return None
+    return [row for row in newest.values() if _differs(row, backend, where)]
+
+
+def _hint(others: list[dict[str, Any]], backend: str, where: str, origin: str) -> str:
     first = others[0]
     quoted = [repr(row["name"]) for row in others[:2]]
     who = " and ".join(quoted) if len(others) <= 2 else f"{', '.join(quoted)} and {len(others) - 2} more"
