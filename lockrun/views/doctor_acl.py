@@ -26,6 +26,12 @@ def acl(facts: AclFacts, prefix: str) -> Check:
     if not problems:
         return Check("acl", OK, f"{who} may run every command lockrun sends, on its keys ({facts.how},"
                                 f" {len({trial.command for trial in facts.trials})} commands)")
+    return _refused_check(facts, problems, refused, bad_keys, prefix)
+
+
+def _refused_check(facts: AclFacts, problems: list[str], refused: list[str], bad_keys: set[str],
+                   prefix: str) -> Check:
+    """FAIL when a run needs what is refused (a key, or a command a run sends), else WARN; the fix."""
     status = FAIL if bad_keys or _runs_need_any(refused, facts.needed) else WARN
     return Check("acl", status, f"{'; '.join(problems)} (asked with {facts.how or 'nothing'})",
                  _fix(facts.user or "USER", _rules(refused, bad_keys, prefix)))
@@ -46,10 +52,14 @@ def _refused_keys(trials: tuple[AclTrial, ...]) -> set[str]:
     """The keys the user may not use: those ACL DRYRUN names, and (with redis.acl_check_cmd) those
     EVAL is refused with while EVAL without a key is allowed."""
     bad_keys = {key for trial in trials for key in _refused_key(trial)}
-    keyless_eval = next((trial.allowed for trial in trials if trial.command == "EVAL" and trial.key is None), None)
-    if keyless_eval:
+    if _keyless_eval_allowed(trials):
         bad_keys |= {trial.key for trial in trials if trial.key is not None and _eval_refused(trial)}
     return bad_keys
+
+
+def _keyless_eval_allowed(trials: tuple[AclTrial, ...]) -> bool | None:
+    """Whether EVAL without a key was allowed (None: not asked)."""
+    return next((trial.allowed for trial in trials if trial.command == "EVAL" and trial.key is None), None)
 
 
 def _eval_refused(trial: AclTrial) -> bool:

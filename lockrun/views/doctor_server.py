@@ -109,6 +109,22 @@ def _mode(facts: ServerFacts) -> str | None:
 def server(facts: ServerFacts, context: Context) -> Check:
     found = _kind_and_version(facts)
     mode = _mode(facts)
+    unusable = _unusable(facts, context, mode)
+    if unusable is not None:
+        return unusable
+    if found is None:
+        return _version_unread(facts)
+    kind, version = found
+    where = f" ({mode})" if mode else ""
+    if kind == "Redis" and _version(version) < OLDEST_REDIS:
+        return Check("server", FAIL, f"{kind} {version}{where}: lockrun's scripts need Redis 5 or newer",
+                     "upgrade Redis (or use Valkey)")
+    return Check("server", OK, f"{kind} {version}{where}; scripting works")
+
+
+def _unusable(facts: ServerFacts, context: Context, mode: str | None) -> Check | None:
+    """The FAIL of a server lockrun cannot use as it is named: a Sentinel, no scripts, a Cluster node
+    named as one server."""
     if mode == "sentinel":
         return Check("server", FAIL, "this is a Sentinel, not a Redis server: it holds no keys and runs no scripts",
                      "name the Sentinels and the service they watch: redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
@@ -121,19 +137,15 @@ def server(facts: ServerFacts, context: Context) -> Check:
         return Check("server", FAIL, "this server is a Redis Cluster node, but the URL is not redis+cluster://: the"
                                      " names whose slots other nodes serve fail (MOVED)",
                      "name the cluster: redis+cluster://HOST:PORT,HOST:PORT/ (docs/redis.md)")
-    if found is None:
-        info = facts.info.get("server")
-        why = info.why if isinstance(info, Unread) else "no version field"
-        hello = facts.hello.why if isinstance(facts.hello, Unread) else "no version"
-        words = unread_text("the kind and version of the server", Unread(f"INFO server: {why}; HELLO: {hello}"))
-        return Check("server", WARN, f"scripting works; {words}",
-                     "let lockrun's user run INFO (ACL SETUSER USER +info)")
-    kind, version = found
-    where = f" ({mode})" if mode else ""
-    if kind == "Redis" and _version(version) < OLDEST_REDIS:
-        return Check("server", FAIL, f"{kind} {version}{where}: lockrun's scripts need Redis 5 or newer",
-                     "upgrade Redis (or use Valkey)")
-    return Check("server", OK, f"{kind} {version}{where}; scripting works")
+    return None
+
+
+def _version_unread(facts: ServerFacts) -> Check:
+    info = facts.info.get("server")
+    why = info.why if isinstance(info, Unread) else "no version field"
+    hello = facts.hello.why if isinstance(facts.hello, Unread) else "no version"
+    words = unread_text("the kind and version of the server", Unread(f"INFO server: {why}; HELLO: {hello}"))
+    return Check("server", WARN, f"scripting works; {words}", "let lockrun's user run INFO (ACL SETUSER USER +info)")
 
 
 def eviction(facts: ServerFacts, context: Context) -> Check:
@@ -142,14 +154,22 @@ def eviction(facts: ServerFacts, context: Context) -> Check:
     if limit is None or policy is None:
         return _eviction_unread(facts, memory, context.allow_eviction)
     if limit > 0 and policy != "noeviction":
-        anyway = ("; runs go on anyway (allow_eviction = true)" if context.allow_eviction
-                  else "; runs refuse it (exit 69)")
-        return Check("eviction", FAIL, f"maxmemory-policy {said(policy, 40)} with maxmemory {_human_bytes(limit)}:"
-                                       f" keys may be evicted, and an evicted lock or --once mark lets a job run"
-                                       f" twice{anyway}",
-                     "CONFIG SET maxmemory-policy noeviction, and maxmemory-policy noeviction in redis.conf")
+        return _evicting(limit, policy, context.allow_eviction)
     if limit == 0:
         return Check("eviction", OK, f"no maxmemory ({source}): keys are never evicted")
+    return _noeviction(limit, memory)
+
+
+def _evicting(limit: int, policy: str, allow_eviction: bool) -> Check:
+    anyway = "; runs go on anyway (allow_eviction = true)" if allow_eviction else "; runs refuse it (exit 69)"
+    return Check("eviction", FAIL, f"maxmemory-policy {said(policy, 40)} with maxmemory {_human_bytes(limit)}:"
+                                   f" keys may be evicted, and an evicted lock or --once mark lets a job run"
+                                   f" twice{anyway}",
+                 "CONFIG SET maxmemory-policy noeviction, and maxmemory-policy noeviction in redis.conf")
+
+
+def _noeviction(limit: int, memory: InfoSection) -> Check:
+    """A maxmemory with noeviction: OK, but a WARN when it is nearly full (acquires would be refused)."""
     used = _int(_field(memory, "used_memory"))
     share = f", {used / limit:.0%} of it used" if used is not None else ""
     if used is not None and used >= MEMORY_HIGH * limit:
@@ -283,9 +303,16 @@ def replicas(facts: ServerFacts, context: Context) -> Check | None:
         return refused
     if attached == 0:
         return Check("replicas", OK, "no replica attached: nothing to lose in a failover")
+    return _replicated(attached, _waits(context.replicas, to_write, _min_replicas_in_effect(replication, to_write)))
+
+
+def _min_replicas_in_effect(replication: InfoSection, to_write: int | None) -> bool:
     # INFO shows min_slaves_good_slaves only while min-replicas-to-write (and -max-lag) are in effect.
-    in_effect = (to_write or 0) > 0 if isinstance(replication, Unread) else "min_slaves_good_slaves" in replication
-    waits = _waits(context.replicas, to_write, in_effect)
+    return (to_write or 0) > 0 if isinstance(replication, Unread) else "min_slaves_good_slaves" in replication
+
+
+def _replicated(attached: int, waits: list[str]) -> Check:
+    """Replicas attached: OK when writes wait for them, else a WARN (a failover can lose a lease)."""
     if waits:
         return Check("replicas", OK, f"{_replicas_text(attached)} attached; {', '.join(waits)}")
     return Check("replicas", WARN, f"{_replicas_text(attached)} attached, but neither min-replicas-to-write nor"
@@ -356,15 +383,11 @@ def commands(facts: ServerFacts) -> Check:
     """Commands lockrun sends that the server does not know (renamed or disabled): COMMAND INFO
     says, or else the ACL's answers, when they cover every command."""
     runs_need = {need.command: need.runs for need in facts.acl.needed}
-    unknown: list[str]
-    if not isinstance(facts.unknown_commands, Unread):
-        unknown = list(facts.unknown_commands)
-    elif facts.acl.unread is None and {trial.command for trial in facts.acl.trials} >= set(runs_need):
-        unknown = sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and not_found(trial)})
-    else:
-        return Check("commands", WARN, unread_text("which commands the server knows", Unread(
-            f"COMMAND INFO: {facts.unknown_commands.why}")), "let lockrun's user run COMMAND INFO, or make sure no"
-                     " rename-command line names a command lockrun sends (docs/redis.md)")
+    unknown = _unknown_commands(facts, runs_need)
+    if isinstance(unknown, Unread):
+        return Check("commands", WARN, unread_text("which commands the server knows", unknown),
+                     "let lockrun's user run COMMAND INFO, or make sure no rename-command line names a command"
+                     " lockrun sends (docs/redis.md)")
     if not unknown:
         return Check("commands", OK, f"the server knows every command lockrun sends ({len(runs_need)})")
     for_runs = [command for command in unknown if runs_need.get(command, True)]
@@ -374,3 +397,13 @@ def commands(facts: ServerFacts) -> Check:
                                        " fail (exit 69)", fix)
     return Check("commands", WARN, f"the server does not know {', '.join(unknown)} (renamed or disabled): status,"
                                    " unlock, pause or history --fleet fail", fix)
+
+
+def _unknown_commands(facts: ServerFacts, runs_need: dict[str, bool]) -> list[str] | Unread:
+    """The commands the server does not know: COMMAND INFO's answer, or else the ACL's answers when
+    they cover every command a run sends; Unread when neither says."""
+    if not isinstance(facts.unknown_commands, Unread):
+        return list(facts.unknown_commands)
+    if facts.acl.unread is None and {trial.command for trial in facts.acl.trials} >= set(runs_need):
+        return sorted({trial.command for trial in facts.acl.trials if trial.allowed is None and not_found(trial)})
+    return Unread(f"COMMAND INFO: {facts.unknown_commands.why}")

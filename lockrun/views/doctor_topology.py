@@ -84,13 +84,18 @@ def _probe_broken(facts: ProbeFacts) -> Check | None:
     if facts.renewal != RENEWED:
         return Check("probe", FAIL, f"on {name}: the holder's renewal found its lease {facts.renewal or '?'}{left}",
                      "see the checks above (eviction, a proxy, the clock)")
-    if facts.first_fence is None or facts.second_fence is None or facts.second_fence <= facts.first_fence:
+    if not _fence_increased(facts):
         return Check("probe", FAIL, f"on {name}: the fencing token did not increase ({facts.first_fence} then"
                                     f" {facts.second_fence}){left}", "see the checks above")
     if facts.left:
         return Check("probe", FAIL, f"on {name}: the lease operations work, but the probe could not remove"
                                     f" {', '.join(facts.left)}", _cleanup_fix(facts))
     return None
+
+
+def _fence_increased(facts: ProbeFacts) -> bool:
+    """The second holder's fencing token is greater than the first's."""
+    return facts.first_fence is not None and facts.second_fence is not None and facts.second_fence > facts.first_fence
 
 
 def _left_text(facts: ProbeFacts) -> str:
