@@ -78,32 +78,38 @@ def with_due_times(resolved: Settings, facts: list[JobFacts], ledger: Ledger | N
     """``lockrun metrics``' facts with each name's pause, next due start and overdue: the pauses and
     (with Redis) the fleet-wide declarations from the backend, the ledger's declarations else. A
     backend that cannot be asked leaves those gauges out (the ledger's metrics still matter)."""
-    from lockrun.backends.connect import open_backend
-
     names = [job.name for job in facts]
     if not names:
         return facts
-    pauses: dict[str, Any] | None = None
-    backend_cadences: dict[str, object] = {}
-    try:
-        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
-        try:
-            pauses = backend.pauses(names)
-            backend_cadences = backend.cadences(names)
-        finally:
-            backend.close()
-    except BackendUnavailable:
-        pauses = None
+    pauses, backend_cadences = _pauses_and_cadences(resolved, names)
     declared = usable_declarations(names, backend_cadences, ledger)
     found = []
     for job in facts:
         paused = None if pauses is None else (job.name in pauses and not pauses[job.name].problem)
-        declaration = declared.get(job.name)
-        if declaration is None:
-            found.append(job._replace(paused=paused))
-            continue
-        due = judge(declaration.cadence, (job.last or {}).get("started_at"), declaration.declared_at,
-                    datetime.now(timezone.utc), paused=bool(paused))
-        found.append(job._replace(paused=paused, next_due_at=due.next_due.timestamp() if due.next_due else None,
-                                  overdue=due.overdue_s is not None if due.next_due else None))
+        found.append(_with_due(job, paused, declared.get(job.name)))
     return found
+
+
+def _pauses_and_cadences(resolved: Settings, names: list[str]) -> tuple[dict[str, Any] | None, dict[str, object]]:
+    """The names' pauses and declarations as the backend has them; no pauses (None) and no
+    declarations when it cannot be asked."""
+    from lockrun.backends.connect import open_backend
+
+    try:
+        backend = open_backend(resolved, resolved.socket_timeout or 5.0, resolved.connect_timeout)
+        try:
+            return backend.pauses(names), backend.cadences(names)
+        finally:
+            backend.close()
+    except BackendUnavailable:
+        return None, {}
+
+
+def _with_due(job: JobFacts, paused: bool | None, declaration: Declared | None) -> JobFacts:
+    """A job's facts with its pause and, if it declared a cadence, its next due start and overdue."""
+    if declaration is None:
+        return job._replace(paused=paused)
+    due = judge(declaration.cadence, (job.last or {}).get("started_at"), declaration.declared_at,
+                datetime.now(timezone.utc), paused=bool(paused))
+    return job._replace(paused=paused, next_due_at=due.next_due.timestamp() if due.next_due else None,
+                        overdue=due.overdue_s is not None if due.next_due else None)
