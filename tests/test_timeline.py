@@ -26,6 +26,7 @@ from lockrun.render import timeline_text as render_timeline
 from lockrun.render.tables import exit_text
 from lockrun.system import host as this_host
 from lockrun.views import timeline as tl
+from lockrun.views.timeline_rows import lanes_from_rows
 from lockrun.views.timeline_window import parse_moment
 from tests.conftest import history, lockrun_argv, run_lockrun, spawn_lockrun, wait_until
 
@@ -295,7 +296,7 @@ def test_the_ledger_and_history_rows_draw_the_same_chart(known_day, tmp_path):
     rows = history(known_day)
     now = datetime.now(timezone.utc)
     window = tl.Window(at(0), UNTIL, now)
-    from_rows = tl.lanes_from_rows(rows, window)
+    from_rows = lanes_from_rows(rows, window)
     book = Ledger(os.path.join(known_day["LOCKRUN_STATE_DIR"], "ledger.db"),
                   known_dead=this_host.known_dead).open(create=False)
     try:
@@ -322,7 +323,7 @@ def test_fleet_rows_draw_as_the_ledger_does(env, tmp_path):
     window = tl.Window(since, until, until)
     fleet_rows = history(env, "--fleet")
     assert {row["host"] for row in fleet_rows} == {this_host.hostname()} and len(fleet_rows) == 3
-    from_fleet = tl.lanes_from_rows(fleet_rows, window, by_host=True)
+    from_fleet = lanes_from_rows(fleet_rows, window, by_host=True)
     book = Ledger(os.path.join(env["LOCKRUN_STATE_DIR"], "ledger.db"), known_dead=this_host.known_dead).open(
         create=False)
     try:
@@ -591,11 +592,11 @@ def test_rows_from_another_source_are_read_defensively():
         {"name": "b", "status": 7, "started_at": "2026-11-30T04:00:00Z", "ended_at": "not a time"},
         "not a row",
     ]
-    (lane,) = tl.lanes_from_rows(rows, window)
+    (lane,) = lanes_from_rows(rows, window)
     assert lane.name == "a" and len(lane.runs) == 2 and len(lane.marks) == 1
     assert lane.runs[0][0] == "2026-11-30T01:00:00.000000Z" and lane.runs[1][3] is None
-    assert [x.host for x in tl.lanes_from_rows(rows, window, by_host=True)] == ["?", "h1", "h2"]
-    assert [len(x.runs) for x in tl.lanes_from_rows(rows, window, host="h2")] == [1]
+    assert [x.host for x in lanes_from_rows(rows, window, by_host=True)] == ["?", "h1", "h2"]
+    assert [len(x.runs) for x in lanes_from_rows(rows, window, host="h2")] == [1]
 
 
 def _old_ledger(path, version: int) -> None:
@@ -648,6 +649,6 @@ def test_skips_at_one_moment_that_differ_in_a_field_someone_else_left_empty_stil
     moment = (now - timedelta(minutes=5)).strftime(ISO_FORMAT)
     rows = [{"name": "n", "status": "busy", "started_at": moment, "ended_at": moment, "host": host}
             for host in ("app-1", None, "app-2")]
-    lanes = tl.lanes_from_rows(rows, tl.Window(now - timedelta(hours=1), now, now), by_host=True)
+    lanes = lanes_from_rows(rows, tl.Window(now - timedelta(hours=1), now, now), by_host=True)
     assert sum(len(lane.marks) for lane in lanes) == 3
     assert list(tl.layout(lanes, tl.Window(now - timedelta(hours=1), now, now)))

@@ -101,7 +101,7 @@ def ledger_timeline(
     by run, with every detail, as the SVG wants it).
 
     The seam for other sources: rows shaped like ``history --json`` (the fleet record's, say)
-    become lanes through ``timeline.lanes_from_rows(rows, window, host=..., by_host=...)``, then
+    become lanes through ``timeline_rows.lanes_from_rows(rows, window, host=..., by_host=...)``, then
     charts through ``timeline.layout``.
     """
     from lockrun.views import timeline as tl

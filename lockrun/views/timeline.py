@@ -16,7 +16,6 @@ reading the runs from SQLite does (bench/NOTES.md, "Timeline").
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -24,7 +23,7 @@ from itertools import compress, islice, repeat
 from operator import eq, itemgetter, le, lt, ne
 from typing import Any, NamedTuple
 
-from lockrun.core.clock import ISO_FORMAT, parse_iso
+from lockrun.core.clock import ISO_FORMAT
 from lockrun.core.record import NOT_A_RUN, Status
 
 # Skips: nothing ran. Drawn as a faint mark on the lane, never as a bar, never counted as a run.
@@ -187,14 +186,19 @@ def lanes(per_name: Iterable[tuple[str, list[Span], list[Span]]], by_host: bool 
     """Lanes from (name, runs, marks) in name order; with ``by_host`` one per host of each name
     (the tuples must then carry the host)."""
     for name, runs, marks in per_name:
-        if not by_host:
+        if by_host:
+            yield from _host_lanes(name, runs, marks)
+        else:
             yield Lane(name, None, runs, marks)
-            continue
-        hosts = sorted({_host(r) for r in runs} | {_host(m) for m in marks})
-        for host in hosts:
-            yield Lane(name, host, [r for r in runs if _host(r) == host], [m for m in marks if _host(m) == host])
-        if not hosts:
-            yield Lane(name, None, runs, marks)
+
+
+def _host_lanes(name: str, runs: list[Span], marks: list[Span]) -> Iterator[Lane]:
+    """A name's lanes, one per host (a name with no run nor skip: one lane all the same)."""
+    hosts = sorted({_host(r) for r in runs} | {_host(m) for m in marks})
+    for host in hosts:
+        yield Lane(name, host, [r for r in runs if _host(r) == host], [m for m in marks if _host(m) == host])
+    if not hosts:
+        yield Lane(name, None, runs, marks)
 
 
 def _host(run: Span) -> str:
@@ -204,78 +208,6 @@ def _host(run: Span) -> str:
 def label(name: str, host: str | None) -> str:
     """How a lane is named on the chart."""
     return name if host is None else f"{name} ({host})"
-
-
-def lanes_from_rows(rows: Iterable[dict[str, Any]], window: Window, *, host: str | None = None,
-                    by_host: bool = False) -> list[Lane]:
-    """Lanes from ``history --json``-shaped rows, from any source (the ledger, the fleet record).
-
-    Rows are read defensively: a row whose times cannot be read is left out; only the runs that
-    overlap the window (and the skips inside it) are kept.
-    """
-    since, until = iso(window.since), iso(window.until)
-    per_name: dict[str, tuple[list[Span], list[Span]]] = {}
-    for row in rows:
-        span = _span(row, host)
-        if span is None or span[_START] >= until or (span[_END] is not None and span[_END] < since):
-            continue
-        runs, marks = per_name.setdefault(row["name"], ([], []))
-        if span[_STATUS] not in MARK_STATUSES:
-            runs.append(span)
-        elif span[_START] >= since:
-            marks.append(span)
-    for _runs, marks in per_name.values():
-        marks.sort(key=itemgetter(_START))  # by start alone: two skips at one moment may differ in any field
-    return list(lanes(((name, *per_name[name]) for name in sorted(per_name)), by_host))
-
-
-def _span(row: object, host: str | None) -> Span | None:
-    """A row as a Span, or None: not a row of a name, another host's (``host``), or times that
-    cannot be read."""
-    if not isinstance(row, dict) or not isinstance(row.get("name"), str):
-        return None
-    if host is not None and row.get("host") != host:
-        return None
-    started = _canonical(row.get("started_at"))
-    ended = _canonical(row.get("ended_at")) if row.get("ended_at") is not None else None
-    if started is None or (ended is None and row.get("ended_at") is not None):
-        return None
-    return (started, ended, row.get("status") if isinstance(row.get("status"), str) else "?",
-            _finite(row.get("duration_s")), _text(row.get("host")), _text(row.get("run_id")),
-            _integer(row.get("exit_code")), _integer(row.get("exit_status")), _integer(row.get("signal")))
-
-
-def _finite(value: object) -> float | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _integer(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _canonical(value: object) -> str | None:
-    """Any ISO time a source wrote, in the ledger's fixed-width form (so that it sorts as text)."""
-    if not isinstance(value, str):
-        return None
-    if len(value) == 27 and value.endswith("Z") and parse_iso(value) is not None:
-        return value
-    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)  # stored times are UTC
-    try:
-        return iso(moment)
-    except (OverflowError, ValueError):
-        return None
 
 
 # --- layout ------------------------------------------------------------------------------------------------
@@ -344,17 +276,22 @@ def _tracks(starts: list[str], ends: list[str], statuses: list[Any], runs: list[
     if all(map(le, starts, ends)) and all(map(le, ends, islice(starts, 1, None))):
         return [_track(starts, ends, statuses, runs)]
     drawn_ends = list(map(max, starts, ends))
+    return [_track([starts[i] for i in indexes], [drawn_ends[i] for i in indexes], [statuses[i] for i in indexes],
+                   [runs[i] for i in indexes]) for indexes in _sub_rows(starts, drawn_ends)]
+
+
+def _sub_rows(starts: list[str], ends: list[str]) -> list[list[int]]:
+    """The runs (their indexes) of each sub-row: each run, in order of start, in the first free by then."""
     free_at: list[str] = []  # per sub-row: when its last run ended
     members: list[list[int]] = []
-    for start, end, index in sorted(zip(starts, drawn_ends, range(len(starts)), strict=True)):
+    for start, end, index in sorted(zip(starts, ends, range(len(starts)), strict=True)):
         row = next((k for k, free in enumerate(free_at) if free <= start), len(free_at))  # the first free sub-row
         if row == len(free_at):
             free_at.append(start)
             members.append([])
         free_at[row] = end
         members[row].append(index)
-    return [_track([starts[i] for i in indexes], [drawn_ends[i] for i in indexes], [statuses[i] for i in indexes],
-                   [runs[i] for i in indexes]) for indexes in members]
+    return members
 
 
 def _open_end(run: Span, open_end: str) -> str:

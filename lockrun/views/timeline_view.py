@@ -17,6 +17,7 @@ from lockrun.views import sources, timeline_charts
 from lockrun.views import timeline as tl
 from lockrun.views.reading import open_ledger_for_reading
 from lockrun.views.timeline_missed import LaneCadence, with_missed
+from lockrun.views.timeline_rows import lanes_from_rows
 
 if TYPE_CHECKING:
     from lockrun.config.settings import Settings
@@ -40,7 +41,7 @@ def timeline_view(
     The ledger stays open while the view is drawn: its charts are computed as they are drawn."""
     if fleet and resolved.redis_url:
         rows = sources.fleet_rows_in(resolved, window, names)
-        lanes = tl.lanes_from_rows(rows, window, host=host, by_host=by_host)
+        lanes = lanes_from_rows(rows, window, host=host, by_host=by_host)
         labels = [tl.label(lane.name, lane.host) for lane in lanes]
         declared = _cadences(resolved, None, sorted({lane.name for lane in lanes}))
         yield TimelineView(labels, with_missed(tl.layout(lanes, window), declared, window),
