@@ -84,12 +84,14 @@ def with_missed(charts: Iterable[tl.LaneChart], cadences: dict[str, LaneCadence]
     """Each chart with its missed starts (a lane of a whole name with a declared cadence), as they come."""
     for chart in charts:
         declared = cadences.get(chart.name) if chart.host is None else None
-        if declared is None:
-            yield chart
-            continue
-        starts = sorted([start for track in chart.tracks for start in track.starts]
-                        + [mark[0] for mark in chart.marks if isinstance(mark[0], str)])
-        missed = missed_starts(declared.cadence, starts, window, declared.declared_at)
-        if declared.quiet_since:
-            missed = [due for due in missed if due < declared.quiet_since]
-        yield chart._replace(missed=tuple(missed))
+        yield chart if declared is None else chart._replace(missed=_missed(chart, declared, window))
+
+
+def _missed(chart: tl.LaneChart, declared: LaneCadence, window: tl.Window) -> tuple[str, ...]:
+    """The starts the lane's cadence missed: no run and no skip began there (none while paused)."""
+    starts = sorted([start for track in chart.tracks for start in track.starts]
+                    + [mark[0] for mark in chart.marks if isinstance(mark[0], str)])
+    missed = missed_starts(declared.cadence, starts, window, declared.declared_at)
+    if declared.quiet_since:
+        missed = [due for due in missed if due < declared.quiet_since]
+    return tuple(missed)

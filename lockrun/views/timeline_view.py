@@ -40,12 +40,7 @@ def timeline_view(
     the SVG draws each run of a lane with fewer runs; ``with_details``: gather its tooltips.
     The ledger stays open while the view is drawn: its charts are computed as they are drawn."""
     if fleet and resolved.redis_url:
-        rows = sources.fleet_rows_in(resolved, window, names)
-        lanes = lanes_from_rows(rows, window, host=host, by_host=by_host)
-        labels = [tl.label(lane.name, lane.host) for lane in lanes]
-        declared = _cadences(resolved, None, sorted({lane.name for lane in lanes}))
-        yield TimelineView(labels, with_missed(tl.layout(lanes, window), declared, window),
-                           "the fleet record (every host)")
+        yield _fleet_view(resolved, window, names, host, by_host)
         return
     book = open_ledger_for_reading(resolved.ledger_path)
     try:
@@ -56,6 +51,17 @@ def timeline_view(
     finally:
         if book is not None:
             book.close()
+
+
+def _fleet_view(resolved: Settings, window: tl.Window, names: list[str] | None, host: str | None,
+                by_host: bool) -> TimelineView:
+    """Every host's lanes, from the fleet record's rows."""
+    rows = sources.fleet_rows_in(resolved, window, names)
+    lanes = lanes_from_rows(rows, window, host=host, by_host=by_host)
+    labels = [tl.label(lane.name, lane.host) for lane in lanes]
+    declared = _cadences(resolved, None, sorted({lane.name for lane in lanes}))
+    return TimelineView(labels, with_missed(tl.layout(lanes, window), declared, window),
+                        "the fleet record (every host)")
 
 
 def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) -> dict[str, LaneCadence]:
