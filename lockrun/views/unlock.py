@@ -116,12 +116,7 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
     Returns (cleared, warning about the ledger or None).
     """
     holder = inspection.holder
-    kind = ("malformed" if holder.foreign else "cooling" if inspection.cooling else "zombie" if inspection.zombie
-            else "live (forced)")
-    note = (
-        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {(holder.token or '')[:8]}"
-        f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
-    )
+    note = _note(inspection)
     record = RunRecord(
         run_id=new_run_id(),
         name=inspection.name,
@@ -143,6 +138,22 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
         cleared = backend.clear(inspection.name, holder.token or "", record=shared)
     if not cleared:
         return False, None
+    return True, _recorded(ledger_path, record, note)
+
+
+def _note(inspection: Inspection) -> str:
+    """What the ledger row says: which holder was cleared, and by whom."""
+    holder = inspection.holder
+    kind = ("malformed" if holder.foreign else "cooling" if inspection.cooling else "zombie" if inspection.zombie
+            else "live (forced)")
+    return (
+        f"cleared {kind} holder {holder.host}:{holder.pid} run {holder.run_id} token {(holder.token or '')[:8]}"
+        f" by {_who()}" + (f"; {inspection.zombie_reason}" if inspection.zombie_reason else "")
+    )
+
+
+def _recorded(ledger_path: Path, record: RunRecord, note: str) -> str | None:
+    """The unlock's row in the ledger; a warning if it could not be written."""
     try:
         ledger = Ledger(ledger_path).open()
         try:
@@ -150,8 +161,8 @@ def clear(backend: Backend, inspection: Inspection, ledger_path: Path, argv: lis
         finally:
             ledger.close()
     except LedgerError as exc:
-        return True, f"the lock was cleared but the ledger could not record it ({exc})"
-    return True, None
+        return f"the lock was cleared but the ledger could not record it ({exc})"
+    return None
 
 
 class Choice(NamedTuple):
@@ -167,7 +178,7 @@ def choose(holders: list[Inspection], name: str, token_prefix: str | None, every
     """``--token PREFIX`` picks one holder of a --slots lock, ``--all`` every one; with several
     holders and neither, nothing is guessed."""
     if token_prefix is not None:
-        holders = [h for h in holders if (h.holder.token or "").startswith(token_prefix)]
+        holders = _with_token(holders, token_prefix)
         if len(holders) > 1:
             return Choice([], refusal=f"--token {token_prefix!r} matches {len(holders)} holders of {name!r}:"
                                       " give more of it")
@@ -179,6 +190,10 @@ def choose(holders: list[Inspection], name: str, token_prefix: str | None, every
                       refusal=f"refusing to guess: {name!r} has {len(holders)} holders (--slots); pick one with"
                               " --token PREFIX, or clear every clearable one with --all")
     return Choice(holders)
+
+
+def _with_token(holders: list[Inspection], token_prefix: str) -> list[Inspection]:
+    return [h for h in holders if (h.holder.token or "").startswith(token_prefix)]
 
 
 def refusal(inspection: Inspection, force: bool) -> str | None:
