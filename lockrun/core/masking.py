@@ -209,12 +209,17 @@ def _url_password(text: str, start: int, word_end: int) -> tuple[int, int] | Non
     at = text.rfind("@", start, authority_end)
     colon = text.find(":", start, authority_end if at < 0 else at)
     if at < 0:
-        # A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the
-        # word's last @. Not a port (host:8080/x@y).
-        at = text.rfind("@", authority_end, word_end)
-        if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
-            return None
+        at = _raw_password_end(text, colon, authority_end, word_end)
     return (colon + 1, at) if 0 <= colon < at - 1 else None
+
+
+def _raw_password_end(text: str, colon: int, authority_end: int, word_end: int) -> int:
+    """A password with a raw / ? or # (invalid, but written): user:pa/ss@host, up to the word's
+    last @ (-1: none). Not a port (host:8080/x@y)."""
+    at = text.rfind("@", authority_end, word_end)
+    if colon < 0 or at < 0 or text[colon + 1:authority_end].isdigit():
+        return -1
+    return at
 
 
 def _value_end(text: str, start: int, after: str) -> int:
@@ -382,8 +387,16 @@ def _option_value(
     name, equals, _ = text.partition("=")
     if equals:  # --name=SECRET
         return word._replace(start=word.start + len(name) + 1), _hows(name, client, masking) - {"attached"}
+    return _separate_value(args, words, n, client, masking)
+
+
+def _separate_value(
+    args: list[str], words: list[_Word], n: int, client: dict[str, frozenset[str]], masking: Masking,
+) -> tuple[_Word, frozenset[str]] | None:
+    """The value after the option ``words[n]`` (``--token SECRET``), if the option hides one."""
+    text = words[n].text(args)
     hows = (_hows(text, client, masking) | (_VALUE if is_secret_name(text, masking) else _NO_HOW)) - {"attached"}
-    following = _following(args, words, n, word) if hows else None
+    following = _following(args, words, n, words[n]) if hows else None
     return None if following is None else (following, hows)
 
 
