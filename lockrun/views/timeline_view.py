@@ -69,22 +69,36 @@ def _cadences(resolved: Settings, book: Ledger | None, names: list[str] | None) 
     fleet record's timeline), else this host's ledger's; none that cannot be read. A name paused
     now missed nothing since its pause began (the fleet record keeps no entry of a paused skip,
     and nothing may have fired here meanwhile)."""
-    if book is not None:
-        try:
-            stored = book.cadences(names)
-        except LedgerError:
-            return {}
-        if not stored:
-            return {}  # nothing declared: no backend to ask
-        pauses, _, _ = _asked(resolved, names, cadences=False)
-        declared = {name: (parse_cadence(text), at) for name, (text, at) in stored.items()}
-    else:
-        pauses, raw, reached = _asked(resolved, names, cadences=True)
-        if not reached:
-            return {}
-        declared = {name: (parse_cadence(value), None) for name, value in raw.items()}
+    found = _in_the_ledger(resolved, book, names) if book is not None else _fleet_wide(resolved, names)
+    if found is None:
+        return {}
+    pauses, declared = found
     return {name: LaneCadence(cadence, at, _pause_began(pauses.get(name)))
             for name, (cadence, at) in declared.items() if cadence is not None}
+
+
+#: The pauses the backend has, and each name's declared cadence (None: unusable) and when it was declared.
+_Declared = tuple[dict[str, Paused], dict[str, tuple[Any, Any]]]
+
+
+def _in_the_ledger(resolved: Settings, book: Ledger, names: list[str] | None) -> _Declared | None:
+    """This host's ledger's declarations (and the backend's pauses); None when there are none."""
+    try:
+        stored = book.cadences(names)
+    except LedgerError:
+        return None
+    if not stored:
+        return None  # nothing declared: no backend to ask
+    pauses, _, _ = _asked(resolved, names, cadences=False)
+    return pauses, {name: (parse_cadence(text), at) for name, (text, at) in stored.items()}
+
+
+def _fleet_wide(resolved: Settings, names: list[str] | None) -> _Declared | None:
+    """The backend's declarations and pauses; None when it did not answer."""
+    pauses, raw, reached = _asked(resolved, names, cadences=True)
+    if not reached:
+        return None
+    return pauses, {name: (parse_cadence(value), None) for name, value in raw.items()}
 
 
 def _asked(resolved: Settings, names: list[str] | None,
