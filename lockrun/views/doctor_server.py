@@ -256,10 +256,7 @@ def role(facts: ServerFacts) -> Check:
     replication = facts.info.get("replication", Unread("not asked"))
     kind = _field(replication, "role") or (facts.role[0] if not isinstance(facts.role, Unread) else None)
     if kind is None:
-        why = replication.why if isinstance(replication, Unread) else "no role"
-        words = f"INFO replication: {why}; ROLE: {facts.role.why if isinstance(facts.role, Unread) else '?'}"
-        return Check("role", WARN, unread_text("whether this server is a master or a replica", Unread(words)),
-                     "let lockrun's user run INFO or ROLE, or make sure the URL names a master")
+        return _role_unread(facts, replication)
     if kind == "master":
         return Check("role", OK, "a master")
     if kind not in ("slave", "replica"):
@@ -272,6 +269,13 @@ def role(facts: ServerFacts) -> Check:
         return Check("role", FAIL, f"a writable replica of {of}: its locks are not the master's, other hosts do not see"
                                    " them, and the next resync erases them", fix)
     return Check("role", FAIL, f"a read-only replica of {of}: every acquire is refused (READONLY, exit 69)", fix)
+
+
+def _role_unread(facts: ServerFacts, replication: InfoSection) -> Check:
+    why = replication.why if isinstance(replication, Unread) else "no role"
+    words = f"INFO replication: {why}; ROLE: {facts.role.why if isinstance(facts.role, Unread) else '?'}"
+    return Check("role", WARN, unread_text("whether this server is a master or a replica", Unread(words)),
+                 "let lockrun's user run INFO or ROLE, or make sure the URL names a master")
 
 
 def _master_of(facts: ServerFacts, replication: InfoSection) -> str:

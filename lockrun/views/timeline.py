@@ -218,15 +218,23 @@ def layout(lanes_: Iterable[Lane], window: Window) -> Iterator[LaneChart]:
     open_end = min(iso(window.until), iso(window.now))
     for lane in lanes_:
         runs = lane.runs
-        starts, ends = list(map(itemgetter(_START), runs)), list(map(itemgetter(_END), runs))
-        if None in ends:
-            ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
-        tracks = _tracks(starts, ends, list(map(itemgetter(_STATUS), runs)), runs)
+        starts = list(map(itemgetter(_START), runs))
+        tracks = _tracks(starts, _drawn_to(runs, open_end), list(map(itemgetter(_STATUS), runs)), runs)
         durations = [duration for duration in map(itemgetter(_DURATION), runs) if duration is not None]
-        marks = lane.marks if _is_sorted(list(map(itemgetter(_START), lane.marks))) else sorted(
-            lane.marks, key=itemgetter(_START))
-        yield _chart(lane.name, lane.host, tracks, len(runs), marks, _median(durations),
+        yield _chart(lane.name, lane.host, tracks, len(runs), _by_start(lane.marks), _median(durations),
                      max(durations) if durations else None)
+
+
+def _drawn_to(runs: list[Span], open_end: str) -> list[str]:
+    """Where each run ends, as drawn: a run without an end to ``open_end`` (see _open_end)."""
+    ends = list(map(itemgetter(_END), runs))
+    if None in ends:
+        ends = [_open_end(run, open_end) if end is None else end for run, end in zip(runs, ends, strict=True)]
+    return ends
+
+
+def _by_start(marks: list[Span]) -> list[Span]:
+    return marks if _is_sorted(list(map(itemgetter(_START), marks))) else sorted(marks, key=itemgetter(_START))
 
 
 def chart(lane: LaneColumns) -> LaneChart | None:
