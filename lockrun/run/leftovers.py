@@ -99,20 +99,12 @@ class Leftovers:
         lockrun, the subreaper or PID 1, would otherwise pile up as zombies while it runs."""
         if not self.reaps_orphans:
             return
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid == 0:
-                return
-            if info.si_pid == command_pid and not command_reaped:
-                return  # the command: left for its own reaping, whatever else is waiting behind it
-            if info.si_pid == self._watchdog.pid:
+        while (pid := _exited_child(command_pid, command_reaped)) is not None:
+            if pid == self._watchdog.pid:
                 self._watchdog.reap()  # somebody killed it: reaped through its Popen
                 continue
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.si_pid, 0)
+                os.waitpid(pid, 0)
             self.orphans_reaped += 1
 
     def after_command(self, killed: bool) -> int:
@@ -151,3 +143,17 @@ class Leftovers:
         if self.untracked and launched:
             return f"only the command's process group was stopped: {self.untracked}"
         return None
+
+
+def _exited_child(command_pid: int | None, command_reaped: bool) -> int | None:
+    """A child of lockrun's that has exited and is not reaped yet, but the command (left for its
+    own reaping, whatever else is waiting behind it); None: none."""
+    try:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_pid == command_pid and not command_reaped:
+        return None
+    return info.si_pid

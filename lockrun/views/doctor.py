@@ -81,7 +81,6 @@ def _server_checks(facts: ServerFacts, context: judge.Context, settings: Setting
 
 def judge_audit(audit: BackendAudit, settings: Settings, probe: bool) -> DoctorReport:
     """Every check of what the backend and this host said."""
-    from lockrun.backends.connect import call_timeout_for
     from lockrun.system.directory import directory_facts
 
     checks = [_backend_line(settings)]
@@ -91,20 +90,27 @@ def judge_audit(audit: BackendAudit, settings: Settings, probe: bool) -> DoctorR
                             "check that the server runs, that this host reaches it, and the URL, user and password"
                             " (redis_password_file)"))
     else:
-        plan = settings.plan
-        context = judge.Context(ttl=settings.ttl, call_s=call_timeout_for(settings.ttl, settings.socket_timeout),
-                                replicas=plan[options.REPLICAS], allow_eviction=plan[options.ALLOW_EVICTION],
-                                min_hold=plan[options.MIN_HOLD], cluster_url=audit.topology is not None
-                                and audit.topology.kind == "cluster")
-        if audit.topology is not None:
-            checks.append(topology_check(audit.topology, len(audit.servers)))
-        for facts in audit.servers:
-            checks += _server_checks(facts, context, settings, several=len(audit.servers) > 1)
+        checks += _servers_checks(audit, settings)
     directories = audit.directories or (directory_facts(settings.state_dir, "the state directory"),)
     checks += [directory_check(facts, local) for facts in directories]
     if probe and not audit.unreachable:
         checks.append(probe_check(audit.probe))
     return DoctorReport(tuple(checks), could_not_check=bool(audit.unreachable))
+
+
+def _servers_checks(audit: BackendAudit, settings: Settings) -> list[Check]:
+    """The topology (Sentinel, Cluster), then each server's checks."""
+    from lockrun.backends.connect import call_timeout_for
+
+    plan = settings.plan
+    context = judge.Context(ttl=settings.ttl, call_s=call_timeout_for(settings.ttl, settings.socket_timeout),
+                            replicas=plan[options.REPLICAS], allow_eviction=plan[options.ALLOW_EVICTION],
+                            min_hold=plan[options.MIN_HOLD], cluster_url=audit.topology is not None
+                            and audit.topology.kind == "cluster")
+    checks = [] if audit.topology is None else [topology_check(audit.topology, len(audit.servers))]
+    for facts in audit.servers:
+        checks += _server_checks(facts, context, settings, several=len(audit.servers) > 1)
+    return checks
 
 
 def doctor_report(settings: Settings, probe: bool) -> DoctorReport:
