@@ -60,6 +60,11 @@ def _process_gone(row: sqlite3.Row, known_dead: KnownDead | None) -> bool:
                                                  row["pid_ns"], row["machine_id"])
 
 
+def _as_stored(wanted: frozenset[str]) -> list[str]:
+    """The statuses as the ledger stores them: ``abandoned`` is a ``running`` row."""
+    return sorted({Status.RUNNING.value if status in IN_PROGRESS else status for status in wanted})
+
+
 def history_query(name: str | None, host: str | None, since: str | None,
                   wanted: frozenset[str] | None) -> tuple[str, list[Any]]:
     """``Ledger.history``'s SELECT, newest first, and its parameters: the filters given, and the
@@ -69,7 +74,7 @@ def history_query(name: str | None, host: str | None, since: str | None,
     where = [clause for clause, _value in given]
     params: list[Any] = [value for _clause, value in given]
     if wanted is not None:
-        stored = sorted({Status.RUNNING.value if status in IN_PROGRESS else status for status in wanted})
+        stored = _as_stored(wanted)
         where.append(f"status IN ({', '.join('?' * len(stored))})")
         params.extend(stored)
     return SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC", params

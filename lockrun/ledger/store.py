@@ -314,8 +314,11 @@ class Ledger:
         sql, params = history_query(name, host, since, wanted)
         if wanted is None or not wanted & IN_PROGRESS:
             return self._query(sql + " LIMIT ?", (*params, limit))
-        # running or abandoned asked for: a running row is either, so rows are read (newest first)
-        # until enough are the ones asked for.
+        return self._in_progress(sql, params, wanted, limit)
+
+    def _in_progress(self, sql: str, params: list[Any], wanted: frozenset[str], limit: int) -> list[Row]:
+        """Running or abandoned asked for: a running row is either, so rows are read (newest first)
+        until enough are the ones asked for."""
         rows: list[Row] = []
         with self._connection() as db:
             for raw in db.execute(sql, tuple(params)):

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockrun.core.cadence import Cadence, overdue_text
 from lockrun.core.clock import age_s, human_duration, reading_clock, seconds_since
@@ -259,11 +259,17 @@ def history_table(rows: list[Row]) -> None:
 def run_details(row: Row, tail: str | None) -> None:
     """One run, field by field, then its output tail as it was (no markup)."""
     width = max(len(key) for key in row)
-    lines = []
-    for key, value in row.items():
-        shown = command_line(value) if key == "command" else ("-" if value is None else value)
-        lines.append(f"{key.ljust(width)}  {printable(str(shown))}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(_field_line(key, value, width) for key, value in row.items()) + "\n")
+    _write_tail(tail)
+
+
+def _field_line(key: str, value: Any, width: int) -> str:
+    shown = command_line(value) if key == "command" else ("-" if value is None else value)
+    return f"{key.ljust(width)}  {printable(str(shown))}"
+
+
+def _write_tail(tail: str | None) -> None:
+    """A run's output tail as it was kept, or why there is none."""
     if tail is None:
         sys.stdout.write(f"--- no output kept: a failed run keeps the last {DEFAULT_FAILURE_TAIL_TEXT} of its output"
                          " when lockrun's output is not a terminal; --capture-tail SIZE keeps the last SIZE of"
