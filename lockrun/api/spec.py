@@ -36,25 +36,34 @@ class BlockSpec(NamedTuple):
 def block_spec(name: object, ttl: object, wait: object, redis_url: object, on_lost: object) -> BlockSpec:
     """The arguments of ``lock()`` checked as the CLI checks its flags: TypeError for a wrong type,
     ValueError (with the CLI's words) for a value out of its range."""
+    checked_name = _name(name)
+    checked_url = None if redis_url is None else _redis_url(redis_url)
+    if on_lost not in ("raise", "flag"):
+        raise ValueError(f"on_lost must be 'raise' or 'flag', not {on_lost!r}")
+    return BlockSpec(
+        name=checked_name,
+        ttl=None if ttl is None else _seconds(ttl, "ttl", minimum=1),
+        wait=_seconds(wait, "wait", allow_zero=True),
+        redis_url=checked_url,
+        on_lost="raise" if on_lost == "raise" else "flag",
+    )
+
+
+def _name(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"the lock name must be a str, not {type(name).__name__}")
     try:
         validate_name(name)
     except UsageError as exc:
         raise ValueError(str(exc)) from None
-    if redis_url is not None:
-        if not isinstance(redis_url, str):
-            raise TypeError(f"redis_url must be a str or None, not {type(redis_url).__name__}")
-        try:
-            validate_redis_url(redis_url)
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
-    if on_lost not in ("raise", "flag"):
-        raise ValueError(f"on_lost must be 'raise' or 'flag', not {on_lost!r}")
-    return BlockSpec(
-        name=name,
-        ttl=None if ttl is None else _seconds(ttl, "ttl", minimum=1),
-        wait=_seconds(wait, "wait", allow_zero=True),
-        redis_url=redis_url,
-        on_lost="raise" if on_lost == "raise" else "flag",
-    )
+    return name
+
+
+def _redis_url(redis_url: object) -> str:
+    if not isinstance(redis_url, str):
+        raise TypeError(f"redis_url must be a str or None, not {type(redis_url).__name__}")
+    try:
+        validate_redis_url(redis_url)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    return redis_url

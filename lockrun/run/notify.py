@@ -182,13 +182,7 @@ def slack_text(payload: dict[str, Any]) -> dict[str, str]:
     """A Slack-compatible ``{"text": ...}`` body (also understood by Mattermost and Rocket.Chat)."""
     icon = {Status.SUCCEEDED: ":white_check_mark:", Status.BUSY: ":hourglass:", Status.DUPLICATE: ":repeat:",
             SLOW_EVENT: ":turtle:"}.get(payload["status"], ":x:")
-    # What cron saw first (exit 124 for a timeout), then how the command itself ended.
-    how = f"exit {payload['exit_status']}" if payload.get("exit_status") is not None else payload["status"]
-    if payload["signal"] is not None:
-        how += f", command killed by signal {payload['signal']}"
-    elif payload["exit_code"] is not None and payload["exit_code"] != payload.get("exit_status"):
-        how += f", command exited {payload['exit_code']}"
-    text = f"{icon} lockrun: *{payload['name']}* {payload['status']} ({how}) on {payload['host']}"
+    text = f"{icon} lockrun: *{payload['name']}* {payload['status']} ({_how(payload)}) on {payload['host']}"
     if payload["duration_s"] is not None:
         text += f" after {payload['duration_s']:.1f}s"
     text += f", run {payload['run_id'][:8]}"
@@ -200,6 +194,16 @@ def slack_text(payload: dict[str, Any]) -> dict[str, str]:
     if payload["output_tail"]:
         text += "\n```" + payload["output_tail"][-2000:] + "```"
     return {"text": text}
+
+
+def _how(payload: dict[str, Any]) -> str:
+    """What cron saw first (exit 124 for a timeout), then how the command itself ended."""
+    how = f"exit {payload['exit_status']}" if payload.get("exit_status") is not None else payload["status"]
+    if payload["signal"] is not None:
+        how += f", command killed by signal {payload['signal']}"
+    elif payload["exit_code"] is not None and payload["exit_code"] != payload.get("exit_status"):
+        how += f", command exited {payload['exit_code']}"
+    return str(how)
 
 
 def send_webhooks(urls: list[str], payload: dict[str, Any], slack: bool, deadline: float) -> list[Sending]:

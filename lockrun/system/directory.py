@@ -83,27 +83,35 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+def _above(path: Path, what: str) -> str | None:
+    """What is wrong with the directories above ``path`` (safefs.check_ancestors), if anything."""
+    try:
+        check_ancestors(path, what)
+    except UnsafePath as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot look at the directories above {os.fspath(path)}: {exc.strerror or exc}"
+    return None
+
+
+def _read_only(where: Path) -> bool:
+    try:
+        return bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def directory_facts(path: Path | str, what: str) -> DirectoryFacts:
     """What ``path`` is now; never raises, never creates it."""
     path = Path(path)
     text = os.fspath(path)
     our = os.geteuid()
-    above = None
-    try:
-        check_ancestors(path, what)
-    except UnsafePath as exc:
-        above = str(exc)
-    except OSError as exc:
-        above = f"cannot look at the directories above {text}: {exc.strerror or exc}"
+    above = _above(path, what)
     where = _nearest_existing(path.absolute())
     mount = mount_of(os.path.realpath(where))
     fs_type, point = (mount[1], mount[0]) if mount else (None, None)
-    try:
-        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
-    except OSError:
-        read_only = False
     base = DirectoryFacts(path=text, what=what, exists=False, fs_type=fs_type, mount_point=point,
-                          read_only=read_only, above=above, our_uid=our)
+                          read_only=_read_only(where), above=above, our_uid=our)
     try:
         st = os.stat(path)
     except FileNotFoundError:
