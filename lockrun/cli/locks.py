@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from lockrun.core.errors import BackendUnavailable
     from lockrun.system.own_output import OutputFailed
     from lockrun.views.status import StatusReport
-    from lockrun.views.unlock import Inspection
+    from lockrun.views.unlock import Choice, Inspection
 
 
 @cli.command(context_settings=CONTEXT)
@@ -143,8 +143,7 @@ def unlock(
             click.echo(choice.not_held)
             ctx.exit(0)
         if choice.refusal:
-            for inspection in choice.chosen if choice.show_all else []:
-                _describe(inspection)
+            _describe_all(choice)
             say(choice.refusal)
             ctx.exit(1)
         code = 0
@@ -153,6 +152,12 @@ def unlock(
     finally:
         backend.close()
     ctx.exit(code)
+
+
+def _describe_all(choice: Choice) -> None:
+    """The holders the operator picks from, when there are several to pick from."""
+    for inspection in choice.chosen if choice.show_all else []:
+        _describe(inspection)
 
 
 def _describe(inspection: Inspection) -> None:

@@ -152,13 +152,22 @@ def without_password(url: str) -> str:
     rest, hash_, fragment = rest.partition("#")
     rest, question, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}@{hosts}" if user else hosts
-    if query:
-        query = "&".join(pair for pair in query.split("&") if pair.split("=", 1)[0].lower() != "password")
-    return f"{scheme}://{netloc}{slash}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if hash_ else "")
+    query = _without_password_pair(query)
+    return (f"{scheme}://{_user_only(netloc)}{slash}{path}" + (f"?{query}" if query else "")
+            + (f"#{fragment}" if hash_ else ""))
+
+
+def _user_only(netloc: str) -> str:
+    """``user@host`` for ``user:password@host``; ``host`` for ``:password@host``."""
+    if "@" not in netloc:
+        return netloc
+    userinfo, _, hosts = netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return f"{user}@{hosts}" if user else hosts
+
+
+def _without_password_pair(query: str) -> str:
+    return "&".join(pair for pair in query.split("&") if pair.split("=", 1)[0].lower() != "password")
 
 
 def environment_for_command(environ: Mapping[str, str]) -> dict[str, str]:
