@@ -210,14 +210,16 @@ SUCCESS_EXIT_RULE = f"a comma-separated list of exit codes from 1 to 255 (at mos
 def parse_success_exit(text: str | list[object], what: str) -> tuple[int, ...]:
     """``--success-exit 24`` or ``1,24`` (a config file may give a list): the codes, sorted, once each."""
     parts = [str(part) for part in text] if isinstance(text, list) else str(text).split(",")
-    codes = set()
-    for part in parts:
-        if not re.fullmatch(r"[0-9]{1,3}", part) or not 1 <= int(part) <= 255:
-            raise UsageError(f"invalid {what} {quoted(text)}: expected {SUCCESS_EXIT_RULE}")
-        codes.add(int(part))
+    codes = {_exit_code(part, text, what) for part in parts}
     if not codes or len(codes) > MAX_SUCCESS_EXITS:
         raise UsageError(f"invalid {what} {quoted(text)}: expected {SUCCESS_EXIT_RULE}")
     return tuple(sorted(codes))
+
+
+def _exit_code(part: str, text: str | list[object], what: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,3}", part) or not 1 <= int(part) <= 255:
+        raise UsageError(f"invalid {what} {quoted(text)}: expected {SUCCESS_EXIT_RULE}")
+    return int(part)
 
 
 # What --notify-on may name: every final status a run can end in, and ``slow`` (--warn-after), an

@@ -236,9 +236,14 @@ def _zone_in_tz(tz: str, source: str) -> Zone | None:
         if _load(spec) is None:
             raise _cannot_name(f"TZ={quoted(tz, 80)} is not an IANA zone name")
         return parse_zone(spec, "TZ", f"{source}, TZ={tz}")
-    if os.path.realpath(spec) == os.path.realpath(LOCALTIME):
+    return _zone_file_in_tz(tz, spec, source)
+
+
+def _zone_file_in_tz(tz: str, path: str, source: str) -> Zone | None:
+    """``TZ=/usr/share/zoneinfo/ZONE`` (or ``:`` and it): that zone; None for ``/etc/localtime``."""
+    if os.path.realpath(path) == os.path.realpath(LOCALTIME):
         return None
-    name = _relative_to_a_root(spec)
+    name = _relative_to_a_root(path)
     if name is None or _load(name) is None:
         raise _cannot_name(f"TZ={quoted(tz, 80)} is no IANA zone file of the zone directory")
     return parse_zone(name, "TZ", f"{source}, TZ={tz}")

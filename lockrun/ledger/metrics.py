@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -80,22 +80,25 @@ class JobFacts(NamedTuple):
 
 def ledger_facts(ledger: Ledger, names: Collection[str] | None = None) -> list[JobFacts]:
     """This host's view: its ledger's runs and counts (of ``names`` only, when given)."""
-    counts: dict[str, dict[str, int]] = {}
-    for name, status, count in ledger.run_counts():
-        counts.setdefault(name, {})[status] = count
-    flags: dict[str, dict[str, int]] = {}
-    for name, flag, count in ledger.flag_counts():
-        flags.setdefault(name, {})[flag] = count
+    counts = _by_name(ledger.run_counts())
+    flags = _by_name(ledger.flag_counts())
     for name, count in ledger.abandoned_counts().items():  # derived at read time: no stored count
         counts.setdefault(name, {})[Status.ABANDONED.value] = count
-    found = []
-    for name in sorted(counts):
-        if names is not None and name not in names:
-            continue
-        success = ledger.last_with_status(name, Status.SUCCEEDED)
-        found.append(JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None,
-                              counts[name], flags.get(name, {})))
+    return [_job_facts(ledger, name, counts[name], flags.get(name, {}))
+            for name in sorted(counts) if names is None or name in names]
+
+
+def _by_name(counted: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """(name, what, count) as each name's counts by what."""
+    found: dict[str, dict[str, int]] = {}
+    for name, what, count in counted:
+        found.setdefault(name, {})[what] = count
     return found
+
+
+def _job_facts(ledger: Ledger, name: str, counts: dict[str, int], flags: dict[str, int]) -> JobFacts:
+    success = ledger.last_with_status(name, Status.SUCCEEDED)
+    return JobFacts(name, ledger.last_finished(name), success["ended_at"] if success else None, counts, flags)
 
 
 def exposition(facts: list[JobFacts]) -> str:
