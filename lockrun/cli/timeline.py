@@ -20,6 +20,9 @@ from lockrun.core import defaults
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from lockrun.views.timeline import Window
+    from lockrun.views.timeline_view import TimelineView
+
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, type=LOCK_NAME, metavar="[NAME]...", shell_complete=complete_lock_names)
@@ -69,18 +72,24 @@ def timeline(
                        per_run_below=timeline_svg.SVG_PER_RUN_BELOW if svg_path else 0,
                        with_details=svg_path is not None) as view:
         if svg_path is not None:
-            document = timeline_svg.svg(view.labels, view.charts, window,
-                                        subtitle=f"runs recorded in {view.source}", details=view.details)
-            try:
-                _write(svg_path, document)
-            except OSError as exc:
-                say(f"cannot write the SVG to {svg_path}: {exc.strerror or exc}")
-                ctx.exit(1)
+            _write_svg(ctx, svg_path, view, window)
         elif not view.labels:
             drawing.print_empty(window, wanted)
         else:
             drawing.print_text(view.labels, view.charts, window, width or drawing.default_width())
     ctx.exit(0)
+
+
+def _write_svg(ctx: click.Context, svg_path: str, view: TimelineView, window: Window) -> None:
+    from lockrun.render import timeline_svg
+
+    document = timeline_svg.svg(view.labels, view.charts, window, subtitle=f"runs recorded in {view.source}",
+                                details=view.details)
+    try:
+        _write(svg_path, document)
+    except OSError as exc:
+        say(f"cannot write the SVG to {svg_path}: {exc.strerror or exc}")
+        ctx.exit(1)
 
 
 def _write(path: str, text: str) -> None:

@@ -83,10 +83,17 @@ def same_destination(fd_a: int, fd_b: int) -> bool:
         return False
     if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
         return False
-    if stat.S_ISFIFO(a.st_mode) or stat.S_ISSOCK(a.st_mode) or stat.S_ISCHR(a.st_mode):
+    if _a_stream(a.st_mode):
         return True
-    if not stat.S_ISREG(a.st_mode):
-        return False
+    return stat.S_ISREG(a.st_mode) and _same_offset(fd_a, fd_b)
+
+
+def _a_stream(mode: int) -> bool:
+    """A pipe, a socket or a terminal: one stream, whoever writes to it."""
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def _same_offset(fd_a: int, fd_b: int) -> bool:
     try:
         return os.lseek(fd_a, 0, os.SEEK_CUR) == os.lseek(fd_b, 0, os.SEEK_CUR)
     except OSError:

@@ -23,8 +23,7 @@ def history(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The runs, newest first, and the other-backend hint (None with --fleet). ``since``: runs started
     since that time, or within so many seconds (config/moments); ``statuses``: only those."""
-    since_at = None if since is None else (
-        since if isinstance(since, datetime) else datetime.now(timezone.utc) - timedelta(seconds=since))
+    since_at = _since_moment(since)
     if fleet and resolved.redis_url:
         from lockrun.views import sources
 
@@ -38,6 +37,13 @@ def history(
         return rows, backend_hint(book, resolved, [name] if name else None)
     finally:
         book.close()
+
+
+def _since_moment(since: float | datetime | None) -> datetime | None:
+    """``--since`` as a moment: a time as given, or so many seconds ago."""
+    if since is None or isinstance(since, datetime):
+        return since
+    return datetime.now(timezone.utc) - timedelta(seconds=since)
 
 
 class FoundRun(NamedTuple):

@@ -18,16 +18,22 @@ def resolve_window(since: float | datetime, until: float | datetime | None, now:
     """``--since`` as a duration is the window's length, ending at ``--until`` (default: now);
     ``--until`` as a duration is that long ago."""
     now = now or datetime.now(timezone.utc)
-    try:
-        end = now if until is None else (now - timedelta(seconds=until) if isinstance(until, float) else until)
-        start = end - timedelta(seconds=since) if isinstance(since, float) else since
-    except OverflowError:
-        raise UsageError("--since/--until: that is before the year 1") from None
+    start, end = _bounds(since, until, now)
     if start >= end:
         raise UsageError(f"--since ({_shown(start)}) must be before --until ({_shown(end)})")
     if (end - start).total_seconds() > MAX_WINDOW_S:
         raise UsageError(f"--since/--until: a window of at most {int(MAX_WINDOW_S // 86400)} days")
     return Window(start, end, now)
+
+
+def _bounds(since: float | datetime, until: float | datetime | None, now: datetime) -> tuple[datetime, datetime]:
+    """The window's start and end: a duration counted back from the end (``until``: from now)."""
+    try:
+        end = now if until is None else (now - timedelta(seconds=until) if isinstance(until, float) else until)
+        start = end - timedelta(seconds=since) if isinstance(since, float) else since
+    except OverflowError:
+        raise UsageError("--since/--until: that is before the year 1") from None
+    return start, end
 
 
 def _shown(moment: datetime) -> str:
