@@ -104,17 +104,21 @@ def canonical(name: str) -> str:
     name = _without_variant(name)
     if name in _UTC_NAMES:
         return UTC
+    name = _link_target(name)
+    name = _database_links().get(name, name)
+    return UTC if name in _UTC_NAMES else name
+
+
+def _link_target(name: str) -> str:
+    """The zone the file system links ``name`` to, in the first zone directory that has it; else ``name``."""
     for root in _zoneinfo_roots():
         path = os.path.join(root, name)
         if os.path.islink(path):
             resolved = _relative_to_a_root(path)
-            if resolved and _ZONE_RE.fullmatch(resolved):
-                name = resolved
-            break
+            return resolved if resolved and _ZONE_RE.fullmatch(resolved) else name
         if os.path.lexists(path):
             break
-    name = _database_links().get(name, name)
-    return UTC if name in _UTC_NAMES else name
+    return name
 
 
 def _load(name: str) -> tzinfo | None:

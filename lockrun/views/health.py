@@ -66,12 +66,15 @@ def due_fields(found: Declared, starts: Sequence[object], paused: bool, now: dat
     """The declaration judged against the newest of ``starts`` (ISO times; a holder's and the last
     run's) at ``now``: its next due time, and how overdue (``paused``: never; a name that is paused,
     or held by a run in progress)."""
-    texts = [start for start in starts if isinstance(start, str) and start]
-    due = judge(found.cadence, max(texts) if texts else None, found.declared_at, now or datetime.now(timezone.utc),
-                paused=paused)
+    due = judge(found.cadence, _newest(starts), found.declared_at, now or datetime.now(timezone.utc), paused=paused)
     return DueFields(cadence_json(found.cadence),
                      due.next_due.strftime(ISO_FORMAT) if due.next_due is not None else None,
                      round(due.overdue_s, 3) if due.overdue_s is not None else None)
+
+
+def _newest(starts: Sequence[object]) -> str | None:
+    texts = [start for start in starts if isinstance(start, str) and start]
+    return max(texts) if texts else None
 
 
 def with_due_times(resolved: Settings, facts: list[JobFacts], ledger: Ledger | None) -> list[JobFacts]:
