@@ -191,11 +191,18 @@ def _status_lines(locks: list[LockEntry], notes: Sequence[str]) -> list[str]:
     """What goes under the table: malformed records, pauses, notes about holders."""
     lines = [_styled(f"{lock['name']}: malformed: {lock['problem']}", STATE_STYLES["malformed"])
              for lock in locks if lock.get("problem")]  # data lockrun did not write: say what
+    # The notes are about a holder: where its pid means something.
+    return lines + _pause_lines(locks) + [_styled(note, None) for note in notes]
+
+
+def _pause_lines(locks: list[LockEntry]) -> list[str]:
+    """Each paused name's pause, once per name, whatever its holders (--slots)."""
+    lines = []
     for name, pause in {lock["name"]: lock.get("paused") for lock in locks}.items():
-        if pause:  # once per name, whatever its holders (--slots)
+        if pause:
             lines.append(_styled(f"{name}: {_pause_text(pause)}", STATE_STYLES["malformed"] if pause.get("problem")
                                  else None))
-    return lines + [_styled(note, None) for note in notes]  # about a holder: where its pid means something
+    return lines
 
 
 def _due_text(lock: LockEntry) -> str:
@@ -205,10 +212,15 @@ def _due_text(lock: LockEntry) -> str:
         return "-"
     cadence = Cadence(every_s=declared["every_s"], schedule=declared["schedule"], tz=declared["tz"],
                       grace_s=declared["grace_s"])
-    seconds = seconds_since(lock["next_due"])
-    when = "-" if seconds is None else (f"in {human_duration(-seconds)}" if seconds <= 0
-                                        else f"{human_duration(seconds)} ago")
-    return _styled(f"{when} ({cadence.describe()})", None)
+    return _styled(f"{_due_when(lock['next_due'])} ({cadence.describe()})", None)
+
+
+def _due_when(next_due: str | None) -> str:
+    """``in 42.0m`` or ``2.1h ago``; ``-`` for a time that cannot be read."""
+    seconds = seconds_since(next_due)
+    if seconds is None:
+        return "-"
+    return f"in {human_duration(-seconds)}" if seconds <= 0 else f"{human_duration(seconds)} ago"
 
 
 def _pause_text(pause: dict[str, str | None]) -> str:
