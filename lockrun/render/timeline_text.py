@@ -207,7 +207,6 @@ def _legend(colour: bool, width: int, missed: bool = False) -> list[list[Segment
     lines: list[list[Segment]] = [[]]
     used = 0
     for letter, meaning in (*tl.LEGEND, *([tl.MISSED_LEGEND] if missed else [])):
-        status = {"L": "lost", tl.MARK_LETTER: "busy"}.get(letter, meaning)
         entry = f"{letter} {meaning}"
         if used and used + 3 + len(entry) > width:
             lines.append([])
@@ -215,16 +214,19 @@ def _legend(colour: bool, width: int, missed: bool = False) -> list[list[Segment
         if used:
             lines[-1].append(("   ", None))
             used += 3
-        if colour:
-            style = STATUS_STYLES.get(status)
-            if letter == tl.MISSED_LETTER:
-                style = MISSED_STYLE
-            lines[-1].append((letter, style if letter in (tl.MARK_LETTER, tl.MISSED_LETTER) else _bar(style)))
-            lines[-1].append((f" {meaning}", None))
-        else:
-            lines[-1].append((entry, None))
+        lines[-1] += _legend_entry(letter, meaning, colour)
         used += len(entry)
     return lines
+
+
+def _legend_entry(letter: str, meaning: str, colour: bool) -> list[Segment]:
+    """A letter and its meaning; in colour, the letter as the chart draws it."""
+    if not colour:
+        return [(f"{letter} {meaning}", None)]
+    style = STATUS_STYLES.get({"L": "lost", tl.MARK_LETTER: "busy"}.get(letter, meaning))
+    if letter == tl.MISSED_LETTER:
+        style = MISSED_STYLE
+    return [(letter, style if letter in (tl.MARK_LETTER, tl.MISSED_LETTER) else _bar(style)), (f" {meaning}", None)]
 
 
 def print_text(labels: list[str], charts: Iterable[tl.LaneChart], window: tl.Window, width: int) -> None:

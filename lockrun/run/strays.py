@@ -121,15 +121,21 @@ class Strays:
         """What the ledger row says about them, or None when the command left nothing behind."""
         if not self.found:
             return None
-        names = [f"{pid} ({cmd})" if cmd else str(pid) for (pid, _), cmd in list(self.found.items())[:NOTE_NAMES]]
-        more = len(self.found) - len(names)
-        listed = ", ".join(names) + (f" and {more} more" if more > 0 else "")
         count = len(self.found)
         what = f"{count} process{'es' if count != 1 else ''} started by the command outlived it or left its group"
+        return f"{what}: {self._listed()}; {self._stopped()}; all reaped before the release"
+
+    def _listed(self) -> str:
+        """The first NOTE_NAMES of them, each its pid and command line, and how many more."""
+        names = [f"{pid} ({cmd})" if cmd else str(pid) for (pid, _), cmd in list(self.found.items())[:NOTE_NAMES]]
+        more = len(self.found) - len(names)
+        return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+    def _stopped(self) -> str:
+        """When they were sent SIGTERM and SIGKILL, if they were."""
         when = []
         if self.term_sent_at:
             when.append(f"SIGTERM at {self.term_sent_at}")
         if self.kill_sent_at:
             when.append(f"SIGKILL at {self.kill_sent_at}")
-        stopped = "; ".join(when) if when else "gone by themselves"
-        return f"{what}: {listed}; {stopped}; all reaped before the release"
+        return "; ".join(when) if when else "gone by themselves"
