@@ -216,6 +216,10 @@ def _section(lines: list[str], job: str | None) -> tuple[int, int]:
     headers = [number for number, line in enumerate(lines) if line.lstrip().startswith("[")]
     if job is None:
         return 0, headers[0] if headers else len(lines)
+    return _job_section(lines, headers, job)
+
+
+def _job_section(lines: list[str], headers: list[int], job: str) -> tuple[int, int]:
     name = re.escape(job)
     header = re.compile(rf"\s*\[\s*{JOB_TABLE}\s*\.\s*(?:{name}|\"{name}\"|'{name}')\s*\]")
     for at, number in enumerate(headers):

@@ -224,10 +224,13 @@ class LeaseClient:
                 continue
             self.report("info", f"released {lease.name!r}" if released else f"{lease.name!r} was no longer ours")
             return released
-        message = f"could not release {lease.name!r} ({last_error}); it expires within {lease.ttl:g}s"
+        self._not_released(lease, last_error, lost=lost, succeeded=succeeded)
+        return None
+
+    def _not_released(self, lease: Lease, error: BackendUnavailable | None, *, lost: bool, succeeded: bool) -> None:
+        message = f"could not release {lease.name!r} ({error}); it expires within {lease.ttl:g}s"
         if succeeded and lease.once is not None:
             # Worth a warning even after a lost lease: a rerun will not know the work was done.
             self.report("warn", f"{message}; --once key {lease.once.key!r} was not marked done")
-            return None
+            return
         self.report("info" if lost else "warn", message)
-        return None

@@ -55,11 +55,14 @@ def field_value(value: object) -> str:
     text = f"{value:g}" if isinstance(value, float) else str(value)
     if _PLAIN.fullmatch(text):
         return text
-    escaped = "".join(
-        "\\" + char if char in '\\"' else (f"\\x{ord(char):02x}" if ord(char) < 32 or ord(char) == 127 else char)
-        for char in text
-    )
-    return f'"{escaped}"'
+    return '"' + "".join(map(_escaped, text)) + '"'
+
+
+def _escaped(char: str) -> str:
+    """A character of a quoted value: ``\\`` and ``"`` escaped, a control character as ``\\xNN``."""
+    if char in '\\"':
+        return "\\" + char
+    return f"\\x{ord(char):02x}" if ord(char) < 32 or ord(char) == 127 else char
 
 
 def run_line(row: dict[str, Any], attempt: int) -> str:

@@ -154,11 +154,17 @@ def last_successes(backend: Backend, ledger: Ledger | None, names: list[str]) ->
     found = _fleet_successes(backend, names)
     if ledger is not None:
         for name in names:
-            row = ledger.last_with_status(name, Status.SUCCEEDED) or {}
-            when = row.get("ended_at") or row.get("started_at")
-            if isinstance(when, str) and parse_iso(when) is not None and when >= found.get(name, ("", None))[0]:
-                found[name] = (when, row.get("host"))
+            success = _ledger_success(ledger, name)
+            if success is not None and success[0] >= found.get(name, ("", None))[0]:
+                found[name] = success
     return found
+
+
+def _ledger_success(ledger: Ledger, name: str) -> tuple[str, str | None] | None:
+    """When this host's ledger's last success of ``name`` ended (else started), and where."""
+    row = ledger.last_with_status(name, Status.SUCCEEDED) or {}
+    when = row.get("ended_at") or row.get("started_at")
+    return (when, row.get("host")) if isinstance(when, str) and parse_iso(when) is not None else None
 
 
 def _fleet_successes(backend: Backend, names: list[str]) -> dict[str, tuple[str, str | None]]:

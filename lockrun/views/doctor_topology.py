@@ -34,10 +34,14 @@ def _sentinel_check(facts: SentinelFacts) -> Check:
         who = "; ".join(f"{where}: {said(why, 80)}" for where, why in facts.silent)
         return Check("topology", WARN, f"{seen} ({who})",
                      "start the Sentinels that do not answer, or take them out of the URL")
-    if facts.quorum is not None and facts.sentinels_known is not None and facts.sentinels_known < facts.quorum:
+    if _too_few_for_the_quorum(facts):
         return Check("topology", WARN, f"{seen}, but they know {facts.sentinels_known} Sentinels: too few to"
                                        " agree on a failover", "run at least as many Sentinels as the quorum")
     return Check("topology", OK, seen)
+
+
+def _too_few_for_the_quorum(facts: SentinelFacts) -> bool:
+    return facts.quorum is not None and facts.sentinels_known is not None and facts.sentinels_known < facts.quorum
 
 
 def _sentinels_seen(facts: SentinelFacts) -> str:

@@ -87,14 +87,20 @@ def _canonical(value: object) -> str | None:
         return None
     if len(value) == 27 and value.endswith("Z") and parse_iso(value) is not None:
         return value
+    moment = _moment(value)
+    if moment is None:
+        return None
+    try:
+        return iso(moment)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _moment(value: str) -> datetime | None:
+    """An ISO time (``Z`` for UTC too; no zone: UTC, as stored times are); None if it is none."""
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)  # stored times are UTC
-    try:
-        return iso(moment)
-    except (OverflowError, ValueError):
-        return None
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
