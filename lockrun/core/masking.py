@@ -238,14 +238,17 @@ def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> I
         name = match.group(1)
         if not is_secret_name(name, masking) and name not in masking.options:
             continue
-        start = match.end()
-        # An argument that is the assignment (env PGPASSWORD=a b, --passphrase=a b c) hides all of
-        # its value; inside a script (sh -c 'TOKEN=x job') or a longer text, the value is a word.
-        whole = match.start() == 0 and not after_script_flag
-        before = text[match.start() - 1] if match.start() > 0 else ""
-        end = len(text) if whole else _value_end(text, start, before)
+        start, end = match.end(), _assigned_value_end(text, match, after_script_flag)
         if end > start:
             yield start, end
+
+
+def _assigned_value_end(text: str, match: re.Match[str], after_script_flag: bool) -> int:
+    """An argument that is the assignment (env PGPASSWORD=a b, --passphrase=a b c) hides all of
+    its value; inside a script (sh -c 'TOKEN=x job') or a longer text, the value is a word."""
+    if match.start() == 0 and not after_script_flag:
+        return len(text)
+    return _value_end(text, match.end(), text[match.start() - 1] if match.start() > 0 else "")
 
 
 def _header_spans(text: str, masking: Masking) -> Iterable[tuple[int, int]]:

@@ -119,17 +119,22 @@ def once_key_for(plan: Plan) -> tuple[Zone | None, str | None]:
     """The --once key, strftime-expanded, and the zone it was expanded in when it depends on the time
     (docs/guarantees.md "One zone per name")."""
     from lockrun.config.once import expand_once_key, once_key_for_period
-    from lockrun.core import zones
 
     once, once_per = plan[o.ONCE], plan[o.ONCE_PER]
     if once is None and once_per is None:
         return None, None
-    time_derived = once_per is not None or (once is not None and zones.is_time_derived(once))
-    zone = once_zone(plan) if time_derived else None
+    zone = once_zone(plan) if _time_derived(once, once_per) else None
     if once_per is not None:
         return zone, once_key_for_period(once_per, zone=zone)
     assert once is not None
     return zone, expand_once_key(once, zone)
+
+
+def _time_derived(once: str | None, once_per: str | None) -> bool:
+    """Whether the key depends on the time (--once-per, or a --once template with a conversion)."""
+    from lockrun.core import zones
+
+    return once_per is not None or (once is not None and zones.is_time_derived(once))
 
 
 def check_once_every(plan: Plan, settings: Settings) -> None:

@@ -144,10 +144,14 @@ class _Watch:
         elif (problem is not None or keeper.preempted) and not self.stopped_for_lease:
             # A preemption always stops the command: --on-lost is about a lost lease, and another
             # run is waiting for this one to let go (it asked for exactly that).
-            self.stopped_for_lease = True
-            self._stop_for_the_lease(problem or keeper.lost_reason or REPLACED)
-            # Dead before the lease we last renewed can expire, however long --kill-after is.
-            self.supervisor.terminate(kill_at=min(now + self.kill_after, keeper.kill_deadline()))
+            self._stop_the_command(problem, now)
+
+    def _stop_the_command(self, problem: str | None, now: float) -> None:
+        keeper = self.keeper
+        self.stopped_for_lease = True
+        self._stop_for_the_lease(problem or keeper.lost_reason or REPLACED)
+        # Dead before the lease we last renewed can expire, however long --kill-after is.
+        self.supervisor.terminate(kill_at=min(now + self.kill_after, keeper.kill_deadline()))
 
     def _newly_lost(self, now: float) -> str | None:
         """Why the lease is lost, the first time it is found so; None before, and after."""

@@ -313,13 +313,20 @@ def first_line(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
 def _summary(state: int, checks: list[NameCheck], evicting: list[str]) -> str:
     """The first reasons of the worst names; else the eviction warning; else how many names were
     checked, after the pauses."""
-    worst = [check.reasons[0] for check in checks if check.state == state and check.reasons and state != OK]
+    worst = _first_reasons(state, checks)
     if worst:
         more = len(worst) - FIRST_LINE_NAMES
         return "; ".join(worst[:FIRST_LINE_NAMES]) + (f"; and {more} more" if more > 0 else "")
     if state == WARNING and evicting:
         return evicting[0]
     return _quiet_summary(checks)
+
+
+def _first_reasons(state: int, checks: list[NameCheck]) -> list[str]:
+    """The first reason of each name in ``state``, unless that is OK."""
+    if state == OK:
+        return []
+    return [check.reasons[0] for check in checks if check.state == state and check.reasons]
 
 
 def _quiet_summary(checks: list[NameCheck]) -> str:
