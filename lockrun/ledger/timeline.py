@@ -30,10 +30,10 @@ Connection = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 #: A row as SQLite gives it (plain tuples: several times cheaper than sqlite3.SqlRow).
 SqlRow = tuple[Any, ...]
 
-#: known_dead(host, boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
+#: known_dead(boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
 #: certainly gone? The rule is the caller's (host.known_dead); storage only hands over what was
 #: recorded (of any type: a ledger may have been written by anyone).
-KnownDead = Callable[[Any, Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
+KnownDead = Callable[[Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
 
 SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(NOT_A_RUN)) + ")"  # outcomes where nothing ran, for SQL
 
@@ -69,7 +69,7 @@ class Columns(NamedTuple):
 
 def open_sql(columns: str, host_filter: str) -> str:
     """A name's rows without an end (skips aside), with what it takes to tell whether their
-    lockrun is still alive after ``columns`` (LIVENESS_COLUMNS: host, boot id, pid, ...)."""
+    lockrun is still alive after ``columns`` (LIVENESS_COLUMNS: boot id, pid, ...)."""
     return (
         f"SELECT {columns}, {LIVENESS_COLUMNS} FROM runs WHERE name = :name AND ended_at IS NULL"
         f" AND started_at < :until AND typeof(started_at) = 'text' AND status NOT IN {SKIPS}{host_filter}"
@@ -80,7 +80,7 @@ def open_sql(columns: str, host_filter: str) -> str:
 def open_status(row: SqlRow, width: int, known_dead: KnownDead | None) -> Any:
     """A ``running`` row (of ``open_sql``) whose lockrun process is gone is ``abandoned``: it will
     never finish. ``width``: the columns before the liveness ones."""
-    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 6]):
+    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 5]):
         return Status.ABANDONED
     return row[2]
 
