@@ -259,8 +259,7 @@ local function zone_conflict(key, zone)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then return {kind} end
   local recorded = redis.call('GET', key)
-  -- posix/ZONE (as a lockrun before they were made one recorded it) is ZONE: kept as ZONE
-  if recorded and recorded ~= zone and recorded ~= 'posix/' .. zone and recorded ~= 'right/' .. zone then
+  if recorded and recorded ~= zone then
     return {'string', string.sub(recorded, 1, 65), #recorded}
   end
   return nil
