@@ -28,8 +28,8 @@ cgroup is held with a shared flock on its directory for as long as lockrun lives
 makes its own cgroup then sweeps its siblings (:func:`sweep`, beside the run, after the moves):
 a ``lockrun-*`` cgroup is removed, with rmdir only, when nobody holds its flock (its lockrun is
 gone, in whatever PID namespace it ran), it has no process (``populated 0``) and no cgroup below
-it (rmdir refuses otherwise), and it was made more than SWEEP_AFTER ago (a lockrun from before the
-flock takes ten milliseconds from making its cgroup to filling it). The listing is bounded.
+it (rmdir refuses otherwise), and it was made more than SWEEP_AFTER ago (a lockrun takes its flock
+only just after making its cgroup: a new one may not hold it yet). The listing is bounded.
 """
 
 from __future__ import annotations
