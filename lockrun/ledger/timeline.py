@@ -37,11 +37,11 @@ KnownDead = Callable[[Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_CO
 
 SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(NOT_A_RUN)) + ")"  # outcomes where nothing ran, for SQL
 
-# A run as the timeline reads it (RunSpan's first fields): a duration that is not a plain number
+# A run as the timeline reads it (views/timeline.Span's first fields): a duration that is not a plain number
 # is None, as it is for a run that has not ended.
 SPAN = ("started_at, ended_at, status,"
         " CASE WHEN typeof(duration_s) IN ('real', 'integer') AND abs(duration_s) < 1e12 THEN duration_s END")
-# RunSpan's fields for the SVG's tooltips.
+# Span's fields for the SVG's tooltips.
 DETAIL = ", host, run_id, exit_code, exit_status, signal"
 # The durations SPAN counts, as ranges of runs_durations (text and blobs sort after numbers).
 _USABLE = "duration_s > -1e12 AND duration_s < 1e12"
@@ -181,7 +181,7 @@ class LedgerTimeline:
         """(name, runs, skips) of each lock name with a row in [since, until), one name at a time.
 
         ``since`` and ``until`` are ISO timestamps. Runs and skips are plain tuples in the field
-        order of ``timeline.RunSpan`` (started_at, ended_at, status, duration_s, then with
+        order of ``views/timeline.Span`` (started_at, ended_at, status, duration_s, then with
         ``with_host`` host, and with ``detail`` host, run_id, exit_code, exit_status and signal),
         yielded one name at a time so that only one name's runs are in memory. Runs: the finished
         ones by end (then start, then status: the index's order), then the unfinished ones

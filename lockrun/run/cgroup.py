@@ -284,7 +284,6 @@ class Adopter:
         self._skip = skip
         self._on_created = on_created
         self.cgroup: RunCgroup | None = None
-        self.moved = 0
         self._lock = threading.Lock()  # the cgroup is made, or removed, under it: never both
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockrun-cgroup", daemon=True)
@@ -314,10 +313,7 @@ class Adopter:
         now = descendants.stat(proc.pid)
         if self._stop.is_set() or now is None or now.start != proc.start:
             return False
-        if cgroup.adopt(proc.pid):
-            self.moved += 1
-            return True
-        return False
+        return cgroup.adopt(proc.pid)
 
     def _run(self) -> None:
         first = descendants.stat(self._first)

@@ -12,7 +12,7 @@ back raw, and views/fleet.py parses it defensively.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -35,14 +35,8 @@ if TYPE_CHECKING:
     AnyPipeline = Pipeline | ClusterPipeline
 
 
-class Batch(Protocol):
-    """A pipeline, as far as :meth:`RedisFleetRecord._batched` uses one."""
-
-    def execute(self, raise_on_error: bool = ...) -> list[Any]: ...
-
-
 Item = TypeVar("Item")
-Pipe = TypeVar("Pipe", bound=Batch)
+Pipe = TypeVar("Pipe", bound="AnyPipeline")  # _find_page's queue needs a plain Pipeline's eval
 
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])

@@ -33,10 +33,6 @@ EVENT_FIELDS = (
     ("o", "once_key"), ("E", "error"), ("n", "note"), ("X", "exit_status"), ("w", "waited_s"),
     ("l", "lock_lost_at_release"), ("k", None),
 )
-#: Fields only a --retry run's entries have (docs/operating.md "Retries and jitter"), after the
-#: others: ``a`` the attempt, ``F`` the first attempt's run id ('' on the first attempt itself:
-#: ``r`` is it). A run without --retry writes neither, so its entries keep the one field set.
-RETRY_FIELDS = (("a", "attempt"), ("F", "first_run_id"))
 #: How many distinct host names and commands one name's ``vals`` hash holds (then: inline).
 VALS_MAX = 64
 #: Busy and duplicate skips one name's ``skips`` list keeps, newest first, for timeline --fleet
@@ -72,7 +68,11 @@ def _seconds_us(value: Any) -> str:
 
 def event_pairs(row: Row) -> list[str]:
     """The entry's field/value pairs for one finished row; ``h`` and ``c`` carry the raw host and
-    command JSON (the script swaps them for numbers), ``n``, ``l`` and ``k`` are the script's."""
+    command JSON (the script swaps them for numbers), ``n``, ``l`` and ``k`` are the script's.
+
+    A --retry run's entries (docs/operating.md "Retries and jitter") have two more, after the
+    others: ``a`` the attempt, ``F`` the first attempt's run id ('' on the first attempt itself:
+    ``r`` is it). A run without --retry writes neither, so its entries keep the one field set."""
     started = row.get("started_at")
     started_us = _us_of_iso(started) if isinstance(started, str) else None
     flat: list[str] = []
