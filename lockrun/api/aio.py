@@ -152,7 +152,7 @@ class AsyncLockBlock:
         self._runs.append(run)
         return Lease(run)
 
-    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, _tb: object) -> Literal[False]:
         mine = [run for run in self._runs if run.owner == ("task", id(asyncio.current_task()))]
         run = (mine or self._runs)[-1]
         self._runs.remove(run)

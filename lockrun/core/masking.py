@@ -89,9 +89,6 @@ AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate", "nt
 #: The config key ``redact``: at most this many entries, each at most this long.
 MAX_REDACT_ENTRIES = 100
 MAX_REDACT_ENTRY = 200
-REDACT_RULE = (f"a list of at most {MAX_REDACT_ENTRIES} strings, each an option whose value is masked"
-               " (\"--api-key\", \"-k\"), a name that names a secret (\"DB_CRED\": NAME=…, --NAME …, NAME: …)"
-               " or \"re:\" and a regular expression whose matches (or groups) are masked")
 
 
 class Masking(NamedTuple):
@@ -162,14 +159,6 @@ def mask_command(argv: Sequence[str], masking: Masking = BUILT_IN) -> list[str]:
         if found:
             args[i] = _masked(args[i], found)
     return args
-
-
-def mask_text(text: str, masking: Masking = BUILT_IN) -> str:
-    """One command line as one text (a process' ``/proc/PID/cmdline`` joined by spaces), masked:
-    its words are read as a shell script's."""
-    spans = [_text_spans(text, masking, after_script_flag=True)]
-    _word_spans([text], masking, spans, script=True)
-    return _masked(text, spans[0]) if spans[0] else text
 
 
 # -- spans found in the text of one argument -----------------------------------------------------
@@ -291,11 +280,11 @@ class _Word(NamedTuple):
         return args[self.arg][self.start:self.end]
 
 
-def _words(args: list[str], script: bool) -> list[_Word]:
+def _words(args: list[str]) -> list[_Word]:
     words = []
     for i, arg in enumerate(args):
         # One word: an argument without spaces, or an option and its attached value (-p'a b').
-        if not script and (arg.startswith("-") or not any(c.isspace() for c in arg)):
+        if arg.startswith("-") or not any(c.isspace() for c in arg):
             words.append(_Word(i, 0, len(arg), True))
             continue
         for match in re.finditer(_WORD, arg):
@@ -308,8 +297,8 @@ def _words(args: list[str], script: bool) -> list[_Word]:
     return words
 
 
-def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]], script: bool = False) -> None:
-    words = _words(args, script)
+def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]]) -> None:
+    words = _words(args)
     client: dict[str, frozenset[str]] = {}  # option -> how its value hides a secret, by the clients named
     skip_arg = -1  # an argument that is an option's whole value: its words are not read as options
     value = frozenset({"value"})

@@ -44,8 +44,7 @@ def row_to_dict(row: sqlite3.Row, known_dead: KnownDead | None = None) -> Row:
     item["lock_lost_at_release"] = bool(lost) if isinstance(lost, int) and lost in (0, 1) else None
     item["command"] = _command_list(row["command"])
     if (item["status"] == Status.RUNNING and known_dead is not None
-            and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"],
-                           row["machine_id"])):
+            and known_dead(row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"], row["machine_id"])):
         item["status"] = Status.ABANDONED  # its lockrun process is gone: it will never finish
     return item
 
