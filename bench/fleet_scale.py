@@ -22,7 +22,7 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
 
 from lockrun.backends.redis.backend import lock_keys
-from lockrun.backends.redis.keys import REGISTRY_SEEDED, registry_key
+from lockrun.backends.redis.keys import registry_key
 from lockrun.backends.redis.record_format import event_pairs
 
 STEP_MS = 600_000  # each name runs every ten minutes
@@ -65,7 +65,6 @@ def fill(server: RedisServer, names: int, runs: int) -> None:
         pipe.hset(keys.last, mapping={"run_id": last["run_id"], "row": json.dumps(last)})
         pipe.hset(keys.counts, mapping={"succeeded": runs - runs // 50, "failed": runs // 50})
         pipe.zadd(registry_key("lockrun:"), {f"job-{n:04d}": start + runs * STEP_MS})
-    pipe.zadd(registry_key("lockrun:"), {REGISTRY_SEEDED: "+inf"})
     pipe.execute()
 
 

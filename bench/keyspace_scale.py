@@ -7,9 +7,9 @@ DIR holds another version's ``lockrun`` package (``git archive move lockrun | ta
 For each version, two fresh redis-servers (bench-only: DEBUG is enabled to make the keys) get
 ``--names`` names with 20 runs each and 10 held locks, written by that version's own scripts
 (so each reads its own layout); ``DEBUG POPULATE`` adds the unrelated keys to one of them, and
-every command is timed on both, interleaved round by round (median of ``--rounds``). This
-version's first read walks the keyspace once (the registry's upgrade path: names an older
-lockrun wrote); that walk is reported on its own (``first_status_s``), not in the medians.
+every command is timed on both, interleaved round by round (median of ``--rounds``). The first
+``status`` on each server is reported on its own (``first_status_s``), not in the medians: a
+version may do more on its first read (one before the registry of names walked the keyspace).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def measure(package_dir: str, names: int, keys: int, rounds: int) -> dict:
                     for kind, server in servers.items()}
             servers["crowded"].client().execute_command("DEBUG", "POPULATE", keys, "app:cache")
             first = {}
-            for kind in servers:  # this version: the registry's one walk of the keyspace
+            for kind in servers:  # the first read, apart
                 started = time.perf_counter()
                 subprocess.run([LOCKRUN, "status", "--json"], env=envs[kind], capture_output=True, check=True)
                 first[kind] = time.perf_counter() - started

@@ -23,7 +23,7 @@ from pathlib import Path
 from common import LOCKRUN, RedisServer, bench_env, machine, table, write_json
 
 from lockrun.backends.redis.backend import lock_keys
-from lockrun.backends.redis.keys import REGISTRY_SEEDED, registry_key
+from lockrun.backends.redis.keys import registry_key
 
 
 def fill(server: RedisServer, count: int) -> None:
@@ -48,7 +48,6 @@ def fill(server: RedisServer, count: int) -> None:
         pipe.zadd(registry_key("lockrun:"), {f"job-{i:05d}": int(time.time() * 1000)})
         if i % 1000 == 999:
             pipe.execute()
-    pipe.zadd(registry_key("lockrun:"), {REGISTRY_SEEDED: "+inf"})
     pipe.execute()
 
 

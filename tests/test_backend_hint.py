@@ -111,3 +111,15 @@ def test_the_verbose_busy_line_names_the_backend(any_env, tmp_path):
         holder.terminate()
         holder.wait(30)
     assert history(any_env, "b")[0]["status"] == "busy"
+
+
+def test_each_name_is_said_under_the_backend_it_used(tmp_path, redis_server):
+    """Runs of one name on Redis and of another on the local backend, seen from a shell on another
+    Redis database: the note names only the names that ran as the newest of them did."""
+    local = isolated_env(tmp_path)
+    on_redis = {**local, "LOCKRUN_REDIS_URL": redis_server.tcp_url}
+    assert run_lockrun(on_redis, "-n", "onredis", "--", "true").returncode == 0
+    assert run_lockrun(local, "-n", "onlocal", "--", "true").returncode == 0
+    (line,) = hints(run_lockrun({**local, "LOCKRUN_REDIS_URL": redis_server.tcp_url.replace("/0", "/1")}, "status"))
+    assert "'onlocal'" in line and "used the local backend" in line
+    assert "'onredis'" not in line, line

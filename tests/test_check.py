@@ -135,8 +135,9 @@ def test_foreign_names_never_break_the_plugin_output(env, redis_server):
     # perfdata label, quoted or not; a space needs the quotes), a newline (one more line of output).
     client = redis_server.client()
     odd = ["it's a|b=c", "nl\nname"]
+    seconds, _ = client.time()
     for name in odd:
-        client.zadd("lockrun:names", {name: 1})
+        client.zadd("lockrun:names", {name: seconds * 1000})  # written now: not pruned by the next run
         client.set(f"lockrun:{{{name}}}:paused", "not a hash")  # a malformed pause: WARNING
     assert run_lockrun(env, "-n", "plain", "--", "true").returncode == 0
     client.hset("lockrun:{it's a|b=c}:last", mapping=client.hgetall("lockrun:{plain}:last"))

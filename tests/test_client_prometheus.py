@@ -176,7 +176,7 @@ def test_a_file_shared_by_jobs_keeps_each_jobs_series_once(local_env, tmp_path):
     """A config file's metrics_file names one file for every job: each run replaces its own name's
     series and keeps the others'; a file that is not lockrun's keeps nothing of what it held."""
     shared = tmp_path / "lockrun.prom"
-    shared.write_text('lockrun_runs_total{name="ghost",status="succeeded"} 99\n')  # an older lockrun's
+    shared.write_text('lockrun_runs_total{name="ghost",status="succeeded"} 99\n')  # another program's
     config = tmp_path / "shared.toml"
     config.write_text(f'metrics_file = "{shared}"\n')
     env = {**local_env, "LOCKRUN_CONFIG": str(config)}

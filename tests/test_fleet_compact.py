@@ -1,5 +1,5 @@
-"""The compact fleet record and the registry of names (issue 23): its size, the upgrade from the
-older layout, and reads that never walk the keyspace (README "One fleet, one memory")."""
+"""The compact fleet record and the registry of names (issue 23): its size, and reads that never
+walk the keyspace (README "One fleet, one memory")."""
 
 from __future__ import annotations
 
@@ -64,79 +64,13 @@ def test_the_record_stays_within_its_size_budget(redis_server):
     assert client.zscore("lockrun:names", "job") is not None
 
 
-def _old_start(client, name: str, run_id: str, host: str, at_ms: int, fence: int) -> str:
-    """A start event as lockrun before the compact record wrote it."""
-    return client.xadd(f"lockrun:{{{name}}}:runs", {
-        "event": "start", "fencing_token": str(fence), "run_id": run_id, "host": host, "pid": "77",
-        "command": json.dumps(["old", name]), "started_at": _iso(at_ms / 1000), "ttl_ms": "60000"},
-        id=f"{at_ms}-0").decode()
-
-
-def _old_run(client, name: str, run_id: str, host: str, at_ms: int, fence: int, code: int) -> None:
-    """A finished run as lockrun before the compact record wrote it: two events, last, counts."""
-    _old_start(client, name, run_id, host, at_ms, fence)
-    status = "succeeded" if code == 0 else "failed"
-    row = {"run_id": run_id, "status": status, "exit_code": code, "host": host, "pid": 77,
-           "command": ["old", name], "started_at": _iso(at_ms / 1000), "ended_at": _iso(at_ms / 1000 + 2),
-           "duration_s": 2.0, "fencing_token": fence, "exit_status": code}
-    fields = {"event": "end", **{k: json.dumps(v) if k == "command" else str(v) for k, v in row.items()},
-              "lock_lost_at_release": "0"}
-    client.xadd(f"lockrun:{{{name}}}:runs", fields, id=f"{at_ms + 2000}-0")
-    client.hset(f"lockrun:{{{name}}}:last", mapping={"run_id": run_id, "row": json.dumps(row)})
-    client.hincrby(f"lockrun:{{{name}}}:counts", status, 1)
-    client.set(f"lockrun:{{{name}}}:ended:{run_id}", "1", px=600000)
-
-
-def test_an_upgrade_keeps_the_older_record(env, redis_server):
-    """Runs an older lockrun recorded are read after the upgrade, found without a registry, and a
-    run the older lockrun started and this one ends is recorded once."""
-    from lockrun.backends.redis.backend import RedisBackend
-    from lockrun.backends.values import FleetRecord
-
-    client = redis_server.client()
-    now = int(time.time() * 1000) - 60_000
-    _old_run(client, "legacy", "a" * 32, "old-1", now, 5, 0)
-    _old_run(client, "legacy", "b" * 32, "old-2", now + 10_000, 6, 4)
-    _old_run(client, "quiet", "c" * 32, "old-1", now + 5_000, 9, 0)  # never run again
-    # A run in flight across the upgrade: started by the older lockrun, still holding.
-    token = "d" * 32
-    client.set("lockrun:{legacy}:lock", token, px=60000)
-    client.hset("lockrun:{legacy}:info", mapping={"token": token, "run_id": "e" * 32, "host": "old-1", "pid": "77"})
-    _old_start(client, "legacy", "e" * 32, "old-1", now + 20_000, 7)
-    assert not client.exists("lockrun:names")
-
-    rows = history(env, "--fleet")
-    assert [(r["name"], r["run_id"][0], r["status"]) for r in rows] == [
-        ("legacy", "e", "running"), ("legacy", "b", "failed"), ("quiet", "c", "succeeded"),
-        ("legacy", "a", "succeeded")]
-    assert set(client.zrange("lockrun:names", 0, -1)) == {b"legacy", b"quiet", b"{scanned}"}
-
-    backend = RedisBackend(redis_server.url, "lockrun:", 2.0)
-    try:  # this version ends the older lockrun's run, twice (a retry after a lost reply)
-        record = FleetRecord({"run_id": "e" * 32, "status": "succeeded", "exit_code": 0, "host": "old-1"})
-        assert backend._release("legacy", token, False, record=record) is True
-        assert backend._release("legacy", token, False, record=record) is False
-    finally:
-        backend.close()
-    assert run_lockrun(env, "-n", "legacy", "--", "sh", "-c", "exit 3").returncode == 3  # a new run
-    rows = history(env, "--fleet")
-    assert [(r["name"], r["run_id"][0], r["status"]) for r in rows[1:]] == [
-        ("legacy", "e", "succeeded"), ("legacy", "b", "failed"), ("quiet", "c", "succeeded"),
-        ("legacy", "a", "succeeded")]
-    assert rows[0]["status"] == "failed" and rows[0]["exit_code"] == 3
-    facts = run_lockrun(env, "metrics", "--fleet").stdout
-    assert 'lockrun_runs_total{name="quiet",status="succeeded"} 1' in facts
-    assert 'lockrun_runs_total{name="legacy",status="failed"} 2' in facts
-    assert 'lockrun_runs_total{name="legacy",status="succeeded"} 2' in facts
-
-
 def _stat(client, command: str) -> int:
     return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def test_reads_use_the_registry_not_scan(env, redis_server, tmp_path):
-    """With many unrelated keys, status, history/metrics/timeline --fleet read the registry: SCAN
-    once (the upgrade's walk), then never again."""
+    """With many unrelated keys, status, history/metrics/timeline --fleet read the registry: no
+    SCAN at all."""
     client = redis_server.client()
     pipe = client.pipeline(transaction=False)
     for i in range(20_000):
@@ -147,9 +81,8 @@ def test_reads_use_the_registry_not_scan(env, redis_server, tmp_path):
     holder = spawn_lockrun(env, "-n", "two", "--", "sh", "-c", f"touch {flag}; exec sleep 60")
     try:
         wait_until(flag.exists, what="the holder")
-        assert run_lockrun(env, "status").returncode == 0  # the registry's one walk of the keyspace
         scans = _stat(client, "scan")
-        assert scans >= 1
+        assert run_lockrun(env, "status").returncode == 0
         locks = json.loads(run_lockrun(env, "status", "--json").stdout)["locks"]
         assert [(lock["name"], lock["state"]) for lock in locks] == [("two", "held")]
         rows = history(env, "--fleet")

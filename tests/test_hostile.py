@@ -150,8 +150,16 @@ def test_a_200_character_name_of_colons_works_on_the_local_backend(local_env, tm
 # --- data lockrun did not write never breaks it ----------------------------------------------------
 
 
+def registered(client, name: str) -> None:
+    """``name`` in the registry of names, as a lockrun run that took it leaves it: bare ``status``
+    lists it (whatever its keys hold now)."""
+    seconds, _ = client.time()
+    client.zadd("lockrun:names", {name: seconds * 1000})
+
+
 def test_an_info_hash_with_an_absurd_pid_hides_nothing(env, redis_server, tmp_path):
     client = redis_server.client()
+    registered(client, "p")
     client.set("lockrun:{p}:lock", "tok", px=60000)
     client.hset("lockrun:{p}:info", mapping={"token": "tok", "host": hostname(), "pid": "9" * 20,
                                               "heartbeat_at": "[1]", "command": '{"not": "a list"}'})
@@ -184,6 +192,7 @@ def test_escape_sequences_in_records_reach_no_terminal(env, redis_server, tmp_pa
     (run,) = json.loads(run_lockrun(env, "history", "--fleet", "tail", "--json").stdout)
     client = redis_server.client()
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    registered(client, "esc")
     client.set("lockrun:{esc}:lock", "tok", px=60000)
     client.hset("lockrun:{esc}:info", mapping={
         "token": "tok", "run_id": "e" * 32, "host": "h\x1b[2Jx", "boot_id": "elsewhere", "pid": "4242",
@@ -223,6 +232,7 @@ def test_a_lock_key_of_another_type_is_malformed_and_unlock_clears_it(env, redis
 def test_a_slots_key_of_another_type_is_malformed_and_unlock_clears_it(env, redis_server):
     client = redis_server.client()
     client.set("lockrun:{s}:slots", "junk")
+    registered(client, "s")
     (lock,) = status_json(env)["locks"]
     assert (lock["name"], lock["state"]) == ("s", "malformed") and "sorted set" in lock["problem"]
     assert run_lockrun(env, "unlock", "s", "--yes").returncode == 0

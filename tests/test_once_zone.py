@@ -340,24 +340,29 @@ def test_the_posix_and_right_copies_of_a_zone_are_that_zone(backend, env, local_
 
 
 @pytest.mark.parametrize("backend", ["redis", "local"])
-def test_a_zone_recorded_by_its_posix_name_is_that_zone(backend, env, local_env, redis_server):
-    """A lockrun from before posix/ZONE was made ZONE recorded ``posix/Asia/Jakarta``: this version,
-    which computes ``Asia/Jakarta``, agrees with it and records the one name."""
+def test_a_zone_recorded_by_another_of_its_names_is_another_zone(backend, env, local_env, redis_server, tmp_path):
+    """lockrun records a zone by its one canonical name; a record naming it otherwise
+    (``posix/Asia/Jakarta``, written by hand) is compared as it is: a mismatch, one line, exit 2,
+    the command does not run, and the record stays."""
     environment = env if backend == "redis" else local_env
     if backend == "redis":
-        redis_server.client().set("lockrun:{legacy}:once_tz", "posix/Asia/Jakarta", px=3_600_000)
+        redis_server.client().set("lockrun:{copy}:once_tz", "posix/Asia/Jakarta", px=3_600_000)
     else:
-        once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "legacy"
+        once_dir = Path(local_env["LOCKRUN_STATE_DIR"]) / "once" / "copy"
         once_dir.mkdir(parents=True, mode=0o700)
         once_dir.parent.chmod(0o700)
         (once_dir / "~zone").write_text(f"{time.time() + 3600!r} posix/Asia/Jakarta\n")
         (once_dir / "~zone").chmod(0o600)
-    result = run_lockrun(environment, "-n", "legacy", "--tz", "Asia/Jakarta", "--once-per", "hour", "--", "true")
-    assert (result.returncode, result.stderr) == (0, "")
+    ran = tmp_path / "ran"
+    result = run_lockrun(environment, "-n", "copy", "--tz", "Asia/Jakarta", "--once-per", "hour", "--",
+                         "touch", str(ran))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "posix/Asia/Jakarta" in result.stderr and "this run in Asia/Jakarta" in result.stderr
+    assert "Traceback" not in result.stderr and not ran.exists()
     if backend == "redis":
-        assert redis_server.client().get("lockrun:{legacy}:once_tz") == b"Asia/Jakarta"
+        assert redis_server.client().get("lockrun:{copy}:once_tz") == b"posix/Asia/Jakarta"
     else:
-        assert (once_dir / "~zone").read_text().split()[1] == "Asia/Jakarta"
+        assert (once_dir / "~zone").read_text().split()[1] == "posix/Asia/Jakarta"
 
 
 def redis_server_value(env: dict, key: str) -> bytes | None:

@@ -68,10 +68,10 @@ def test_stale_heartbeat_from_another_host_is_a_zombie(env, redis_server):
         "token": "tok-far", "host": "elsewhere", "pid": "1", "ttl_ms": "60000", "heartbeat_at": old,
         "started_at": old, "command": '["x"]',
     })
-    (lock,) = status_json(env)
+    (lock,) = status_json(env, "far")  # named: no lockrun run registered it (docs/fleet.md "Which names")
     assert lock["state"] == "zombie" and lock["heartbeat_age_s"] >= 50
     client.hset("lockrun:{far}:info", "heartbeat_at", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    assert status_json(env)[0]["state"] == "held"  # another host with a fresh heartbeat: alive
+    assert status_json(env, "far")[0]["state"] == "held"  # another host with a fresh heartbeat: alive
 
 
 def test_reused_pid_is_still_a_zombie(env, redis_server):
@@ -82,9 +82,9 @@ def test_reused_pid_is_still_a_zombie(env, redis_server):
     client.set("lockrun:{reuse}:lock", "tok", px=60000)
     client.hset("lockrun:{reuse}:info", mapping={
         "token": "tok", "host": host.hostname(), "boot_id": host.boot_id(), "pid": str(os.getpid()),
-        "pid_start": "1", "ttl_ms": "60000",
+        "pid_start": "1", "ttl_ms": "60000", "machine_id": host.machine_id(), "pid_ns": str(host.pid_ns() or ""),
     })
-    assert status_json(env)[0]["state"] == "zombie"
+    assert status_json(env, "reuse")[0]["state"] == "zombie"
 
 
 # --- unlock refuses what it should -------------------------------------------------------------------

@@ -207,12 +207,12 @@ def test_bad_masking_config_is_78(local_env, tmp_path, line, needle):
     assert_one_line(run_lockrun(local_env, "-n", "x", "--", "true"), 78, "line 1", needle)
 
 
-def test_a_holder_an_older_lockrun_recorded_is_masked_in_the_webhook(env, redis_server, receiver, tmp_path):
+def test_a_holder_recorded_unmasked_is_masked_in_the_webhook(env, redis_server, receiver, tmp_path):
     flag, release = tmp_path / "started", tmp_path / "release"
     proc = spawn_lockrun(env, "-n", "old", "--", *secret_argv(flag, release, 0))
     try:
         wait_until(flag.exists, what="the command running")
-        # As a lockrun from before masking wrote it: the command as ps shows it.
+        # As a host that masks less (or someone else) wrote it: the command as ps shows it.
         raw = ["pg_dump", f"postgresql://app:{URL_PASSWORD}@db.example/sales", f"--password={PASSWORD}", "--verbose"]
         redis_server.client().hset("lockrun:{old}:info", "command", json.dumps(raw))
         busy = run_lockrun(env, "-n", "old", "--notify", f"{receiver.url}/busy", "--notify-on", "busy", "--", "true")

@@ -110,8 +110,8 @@ def _reference_lane(db: sqlite3.Connection, name: str, since: str, until: str, o
     finished = db.execute(f"SELECT started_at, ended_at, status, duration_s FROM runs WHERE {where}"
                           " AND typeof(ended_at) = 'text' AND ended_at >= ? ORDER BY ended_at, started_at, status",
                           [*args, since]).fetchall()
-    unfinished = db.execute(f"SELECT started_at, status, host, boot_id, pid, pid_start FROM runs WHERE {where}"
-                            " AND ended_at IS NULL ORDER BY started_at", args).fetchall()
+    unfinished = db.execute(f"SELECT started_at, status, boot_id, pid, pid_start, pid_ns, machine_id FROM runs"
+                            f" WHERE {where} AND ended_at IS NULL ORDER BY started_at", args).fetchall()
     runs, marks, durations = [], [], []
     for start, end, status, duration in finished:
         if status in NOT_A_RUN:

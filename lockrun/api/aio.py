@@ -152,7 +152,7 @@ class AsyncLockBlock:
         self._runs.append(run)
         return Lease(run)
 
-    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, _tb: object) -> Literal[False]:
         run = self._leaving()
         error = _disarmed(run, exc)
         instead = await asyncio.shield(_in_thread(asyncio.get_running_loop(), lambda: run.leave(error),

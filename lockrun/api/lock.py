@@ -108,7 +108,7 @@ class LockBlock:
             self._runs.append(run)
         return Lease(run)
 
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
+    def __exit__(self, exc_type: object, exc: BaseException | None, _tb: object) -> Literal[False]:
         me = threading.get_ident()
         with self._guard:
             mine = [run for run in self._runs if run.thread_id == me]

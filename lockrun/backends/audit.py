@@ -95,7 +95,6 @@ class ClusterFacts(NamedTuple):
     """What a Redis Cluster says of itself (CLUSTER INFO of the node first asked)."""
 
     state: str | Unread  # cluster_state: "ok" or "fail"
-    slots_assigned: int | None
     slots_ok: int | None
     masters: tuple[str, ...]  # host:port of every master the slot map names
 

@@ -14,7 +14,6 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from lockrun.core.clock import parse_iso
 from lockrun.core.defaults import MAX_PAUSE_REASON
 from lockrun.core.printable import printable, quoted
 from lockrun.core.readers import Unusable, as_text, as_time
@@ -84,9 +83,3 @@ class Paused(NamedTuple):
         """As ``status --json`` and ``check --json`` show it."""
         return {"who": self.who, "where": self.where, "when": self.when, "until": self.until,
                 "reason": self.reason, "problem": self.problem}
-
-
-def until_epoch(paused: Paused) -> float | None:
-    """When the pause ends, as epoch seconds; None when its end cannot be read."""
-    moment = parse_iso(paused.until)
-    return moment.timestamp() if moment is not None else None

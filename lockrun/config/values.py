@@ -19,15 +19,10 @@ from lockrun.core.clock import exact_duration
 from lockrun.core.defaults import (
     ALL_REPLICAS,
     MAX_DURATION_S,
-    MAX_JITTER_S,
     MAX_REPLICAS,
-    MAX_RETRIES,
-    MAX_RETRY_DELAY_S,
     MAX_SECONDS,
     MAX_SUCCESS_EXITS,
     MAX_TAIL,
-    MAX_WARN_AFTER_S,
-    MIN_WARN_AFTER_S,
 )
 from lockrun.core.errors import UsageError
 from lockrun.core.printable import quoted
@@ -56,8 +51,8 @@ _RUN_ID_RE = re.compile(r"[0-9a-fA-F](?:-?[0-9a-fA-F]){3,31}")
 
 def validate_run_id(text: str) -> str:
     """A run id or the start of one: 4 to 32 of its hex digits, with or without its dashes
-    (``3f2a9c1e``, ``3f2a9c1e-4b7d``). Lookups compare the hex digits alone (core/run_ids: older
-    ledgers hold ids without dashes)."""
+    (``3f2a9c1e``, ``3f2a9c1e-4b7d``). Lookups compare the hex digits alone (core/run_ids), so an
+    id is found however it was copied."""
     if not _RUN_ID_RE.fullmatch(text):
         raise UsageError(f"invalid run id {quoted(text)}: use 4 to 32 hex digits of it, dashes allowed"
                          " (see lockrun history)")
@@ -172,12 +167,8 @@ def parse_replicas(text: str | int, what: str) -> int | str:
     return int(value)
 
 
-RETRY_RULE = f"a whole number from 0 to {MAX_RETRIES}"
 
 
-def parse_retry(text: str | int, what: str) -> int:
-    """``--retry``: how many more attempts after a failed one, 0 to MAX_RETRIES."""
-    return parse_whole(text, what, 0, MAX_RETRIES)
 
 
 def whole_rule(minimum: int, maximum: int) -> str:
@@ -194,14 +185,8 @@ def parse_whole(text: str | int, what: str, minimum: int, maximum: int) -> int:
     return int(value)
 
 
-def parse_retry_delay(text: str | float, what: str) -> float:
-    """``--retry-delay``: the pause before the first retry, 0 to 24 hours."""
-    return parse_time_span(text, what, allow_zero=True, maximum=MAX_RETRY_DELAY_S)
 
 
-def parse_jitter(text: str | float, what: str) -> float:
-    """``--jitter``: the bound of the random sleep before the first try for the lock, 0 to 24 hours."""
-    return parse_time_span(text, what, allow_zero=True, maximum=MAX_JITTER_S)
 
 
 SUCCESS_EXIT_RULE = f"a comma-separated list of exit codes from 1 to 255 (at most {MAX_SUCCESS_EXITS})"
@@ -292,13 +277,8 @@ def validate_http_url(url: str, what: str) -> str:
 OUTPUT_MODES = ("always", "on-failure")
 
 
-def parse_warn_after(text: str, what: str) -> float:
-    """``--warn-after``: a time value from 1s to 30d (docs/reference.md "Ranges")."""
-    return parse_time_span(text, what, minimum=MIN_WARN_AFTER_S, maximum=MAX_WARN_AFTER_S)
 
 
-#: Config keys naming a file lockrun writes (and replaces by a rename): only a regular file may be there.
-OUTPUT_PATH_KEYS = ("ledger", "metrics_file")
 
 
 def output_path_problem(path: str, what: str, directories: bool = True) -> str | None:

@@ -14,8 +14,7 @@ DEFAULT_TTL = 60.0  # seconds of lease, renewed every TTL/3
 DEFAULT_PREFIX = "lockrun:"  # of every Redis key
 DEFAULT_KILL_AFTER = 10.0  # seconds between SIGTERM and SIGKILL when lockrun stops the command
 DEFAULT_BUSY_EXIT = ExitCode.BUSY.value  # 75, EX_TEMPFAIL: what a busy lock exits with (-E changes it)
-DEFAULT_REMEMBER = "30d"  # how long a --once key stays done
-DEFAULT_REMEMBER_S = 30 * 86400.0  # the same, in seconds
+DEFAULT_REMEMBER_S = 30 * 86400.0  # how long a --once key stays done
 DEFAULT_TIMELINE_WIDTH = 100  # `timeline` without a terminal or $COLUMNS
 # The fleet record's retention (docs/fleet.md "One fleet, one memory", "What the fleet record costs"):
 # per name, the newest runs kept in its stream, and the age past which runs are dropped (and a

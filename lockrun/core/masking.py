@@ -159,14 +159,6 @@ def mask_command(argv: Sequence[str], masking: Masking = BUILT_IN) -> list[str]:
     return args
 
 
-def mask_text(text: str, masking: Masking = BUILT_IN) -> str:
-    """One command line as one text (a process' ``/proc/PID/cmdline`` joined by spaces), masked:
-    its words are read as a shell script's."""
-    spans = [_text_spans(text, masking, after_script_flag=True)]
-    _word_spans([text], masking, spans, script=True)
-    return _masked(text, spans[0]) if spans[0] else text
-
-
 # -- spans found in the text of one argument -----------------------------------------------------
 
 
@@ -309,11 +301,11 @@ class _Word(NamedTuple):
         return args[self.arg][self.start:self.end]
 
 
-def _words(args: list[str], script: bool) -> list[_Word]:
+def _words(args: list[str]) -> list[_Word]:
     words = []
     for i, arg in enumerate(args):
         # One word: an argument without spaces, or an option and its attached value (-p'a b').
-        if not script and (arg.startswith("-") or not any(c.isspace() for c in arg)):
+        if arg.startswith("-") or not any(c.isspace() for c in arg):
             words.append(_Word(i, 0, len(arg), True))
         else:
             words += _script_words(i, arg)
@@ -331,8 +323,8 @@ def _script_words(i: int, arg: str) -> Iterable[_Word]:
         yield _Word(i, start, end, False)
 
 
-def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]], script: bool = False) -> None:
-    words = _words(args, script)
+def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]]) -> None:
+    words = _words(args)
     client: dict[str, frozenset[str]] = {}  # option -> how its value hides a secret, by the clients named
     skip_arg = -1  # an argument that is an option's whole value: its words are not read as options
     for n, word in enumerate(words):

@@ -11,9 +11,6 @@ from lockrun.core.printable import quoted
 #: The config key ``redact``: at most this many entries, each at most this long.
 MAX_REDACT_ENTRIES = 100
 MAX_REDACT_ENTRY = 200
-REDACT_RULE = (f"a list of at most {MAX_REDACT_ENTRIES} strings, each an option whose value is masked"
-               " (\"--api-key\", \"-k\"), a name that names a secret (\"DB_CRED\": NAME=…, --NAME …, NAME: …)"
-               " or \"re:\" and a regular expression whose matches (or groups) are masked")
 _OPTION_ENTRY = r"--?[A-Za-z0-9][A-Za-z0-9_.\-]*"
 _NAME_ENTRY = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 

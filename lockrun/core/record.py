@@ -102,37 +102,12 @@ TEXT_LIMIT = 4096
 FLEET_TAIL_BYTES = 4096
 
 
-def fields_from_row(row: Row, leave_out: tuple[str, ...] = ()) -> list[str]:
-    """A run row as flat ``field, value, ...`` strings for the fleet record; None fields (and those
-    in ``leave_out``) are left out."""
-    flat: list[str] = []
-    for field in ROW_FIELDS:
-        value = row.get(field)
-        if value is None or field in ("name", "backend", *leave_out):  # the key names the lock; the record is Redis'
-            continue
-        if field == "command":
-            text = json.dumps(list(value))
-        elif field in BOOL_FIELDS:
-            text = "1" if value else "0"
-        elif field in FLOAT_FIELDS:
-            text = repr(float(value))
-        else:
-            text = str(value)
-        flat += [field, text]
-    return flat
-
-
-def row_json(row: Row) -> str:
-    """A run row as one JSON object (the fleet's ``last`` record keeps it so, to be read fast)."""
-    head, tail = row_json_parts(row)
-    return head + tail
-
-
 def row_json_parts(row: Row) -> tuple[str, str]:
-    """:func:`row_json` cut in two: everything but RELEASE_DECIDES (without the closing brace), and
-    those fields with the brace. A release script appends one of two tails to one head, so it can
-    record whether the lock was still the run's without a JSON library (Redis' cjson would round a
-    fencing token to 14 digits)."""
+    """A run row as one JSON object (the fleet's ``last`` record keeps it so, to be read fast), cut
+    in two: everything but RELEASE_DECIDES (without the closing brace), and those fields with the
+    brace. A release script appends one of two tails to one head, so it can record whether the
+    lock was still the run's without a JSON library (Redis' cjson would round a fencing token to
+    14 digits)."""
     shown = {field: row.get(field) for field in ROW_FIELDS if field not in ("name", "backend", *RELEASE_DECIDES)}
     head = json.dumps(shown)[:-1]
     tail = json.dumps({field: row.get(field) for field in RELEASE_DECIDES})[1:]
@@ -140,7 +115,7 @@ def row_json_parts(row: Row) -> tuple[str, str]:
 
 
 def fields_from_json(text: object) -> dict[str, object]:
-    """The fields of a row kept as JSON (:func:`row_json`); anything unreadable is no fields."""
+    """The fields of a row kept as JSON (:func:`row_json_parts`); anything unreadable is no fields."""
     try:
         parsed = json.loads(text_of(text)) if isinstance(text, (str, bytes)) else None
     except (ValueError, RecursionError):

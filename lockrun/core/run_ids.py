@@ -2,8 +2,8 @@
 the fleet record, pings, webhooks, syslog): a canonical UUID, ``8-4-4-4-12`` lower-case hex with
 dashes, since that is the only ``rid`` healthchecks accepts (docs/operating.md "Telling someone").
 
-Ledgers and fleet records written before may hold 32 hex digits without dashes: a run id is
-looked up by its hex digits, dashes ignored, so ``lockrun show 3f2a9c1e`` finds either form.
+A run id is looked up by its hex digits, dashes ignored, so that a prefix given with or without
+its dashes (``3f2a9c1e-4b7d``, ``3f2a9c1e4b7d``) finds it.
 """
 
 from __future__ import annotations

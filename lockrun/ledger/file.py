@@ -37,7 +37,7 @@ NOT_PAUSED = f"status != '{Status.PAUSED}'"
 SCHEMA_VERSION = 11
 
 #: What tells whether a running row's lockrun is alive (host.known_dead takes them in this order).
-LIVENESS_COLUMNS = "host, boot_id, pid, pid_start, pid_ns, machine_id"
+LIVENESS_COLUMNS = "boot_id, pid, pid_start, pid_ns, machine_id"
 
 
 #: Each schema version: the statements that take the ledger to it from the version before.

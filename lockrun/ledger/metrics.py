@@ -171,8 +171,8 @@ def _rendered(samples: dict[str, list[str]], first_lines: tuple[str, ...] = (), 
 
 #: The first line of a --metrics-file: the names whose runs write it. One file per job names one;
 #: a file several jobs name (a config file's ``metrics_file``) keeps each one's series, replaced by
-#: its own runs. A file without this line (another program's, or an older lockrun's, which held
-#: every name of its ledger) keeps nothing but the writing run's name.
+#: its own runs. A file without this line (another program's) keeps nothing but the writing run's
+#: name.
 WRITERS = "# lockrun --metrics-file of:"
 #: How long a run waits for another run writing a file in the same directory (a write takes
 #: milliseconds): past that the file is left as it is, with a warning.

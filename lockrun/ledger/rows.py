@@ -56,8 +56,8 @@ def _flag(value: object) -> bool | None:
 
 def _process_gone(row: sqlite3.Row, known_dead: KnownDead | None) -> bool:
     """Whether the lockrun process that wrote ``row`` is known to be gone."""
-    return known_dead is not None and known_dead(row["host"], row["boot_id"], row["pid"], row["pid_start"],
-                                                 row["pid_ns"], row["machine_id"])
+    return known_dead is not None and known_dead(row["boot_id"], row["pid"], row["pid_start"], row["pid_ns"],
+                                                 row["machine_id"])
 
 
 def _as_stored(wanted: frozenset[str]) -> list[str]:

@@ -334,7 +334,7 @@ class Ledger:
 
         Raises LedgerError when the prefix matches several runs.
         """
-        # By hex digits, dashes ignored: ids are dashed UUIDs, older rows' 32 bare hex digits
+        # By hex digits, dashes ignored: a prefix may be given with or without its dashes
         # (core/run_ids). The CLI lets only hex digits and dashes through: no LIKE wildcards.
         pattern = run_id_digits(run_id_prefix) + "%"
         with self._connection() as db:

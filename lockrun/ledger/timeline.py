@@ -40,18 +40,18 @@ Connection = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 #: A row as SQLite gives it (plain tuples: several times cheaper than sqlite3.SqlRow).
 SqlRow = tuple[Any, ...]
 
-#: known_dead(host, boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
+#: known_dead(boot_id, pid, pid_start, pid_ns, machine_id): is a recorded lockrun process
 #: certainly gone? The rule is the caller's (host.known_dead); storage only hands over what was
 #: recorded (of any type: a ledger may have been written by anyone).
-KnownDead = Callable[[Any, Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
+KnownDead = Callable[[Any, Any, Any, Any, Any], bool]  # ledger_file.LIVENESS_COLUMNS, in that order
 
 SKIPS = "(" + ", ".join(f"'{status}'" for status in sorted(NOT_A_RUN)) + ")"  # outcomes where nothing ran, for SQL
 
-# A run as the timeline reads it (RunSpan's first fields): a duration that is not a plain number
+# A run as the timeline reads it (views/timeline.Span's first fields): a duration that is not a plain number
 # is None, as it is for a run that has not ended.
 SPAN = ("started_at, ended_at, status,"
         " CASE WHEN typeof(duration_s) IN ('real', 'integer') AND abs(duration_s) < 1e12 THEN duration_s END")
-# RunSpan's fields for the SVG's tooltips.
+# Span's fields for the SVG's tooltips.
 DETAIL = ", host, run_id, exit_code, exit_status, signal"
 # The durations SPAN counts, as ranges of runs_durations (text and blobs sort after numbers).
 _USABLE = "duration_s > -1e12 AND duration_s < 1e12"
@@ -78,7 +78,7 @@ class Columns(NamedTuple):
 
 def open_sql(columns: str, host_filter: str) -> str:
     """A name's rows without an end (skips aside), with what it takes to tell whether their
-    lockrun is still alive after ``columns`` (LIVENESS_COLUMNS: host, boot id, pid, ...)."""
+    lockrun is still alive after ``columns`` (LIVENESS_COLUMNS: boot id, pid, ...)."""
     return (
         f"SELECT {columns}, {LIVENESS_COLUMNS} FROM runs WHERE name = :name AND ended_at IS NULL"
         f" AND started_at < :until AND typeof(started_at) = 'text' AND status NOT IN {SKIPS}{host_filter}"
@@ -89,7 +89,7 @@ def open_sql(columns: str, host_filter: str) -> str:
 def open_status(row: SqlRow, width: int, known_dead: KnownDead | None) -> Any:
     """A ``running`` row (of ``open_sql``) whose lockrun process is gone is ``abandoned``: it will
     never finish. ``width``: the columns before the liveness ones."""
-    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 6]):
+    if row[2] == Status.RUNNING and known_dead is not None and known_dead(*row[width:width + 5]):
         return Status.ABANDONED
     return row[2]
 
@@ -186,7 +186,7 @@ class LedgerTimeline:
         """(name, runs, skips) of each lock name with a row in [since, until), one name at a time.
 
         ``since`` and ``until`` are ISO timestamps. Runs and skips are plain tuples in the field
-        order of ``timeline.RunSpan`` (started_at, ended_at, status, duration_s, then with
+        order of ``views/timeline.Span`` (started_at, ended_at, status, duration_s, then with
         ``with_host`` host, and with ``detail`` host, run_id, exit_code, exit_status and signal),
         yielded one name at a time so that only one name's runs are in memory. Runs: the finished
         ones by end (then start, then status: the index's order), then the unfinished ones

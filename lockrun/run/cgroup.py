@@ -28,8 +28,8 @@ cgroup is held with a shared flock on its directory for as long as lockrun lives
 makes its own cgroup then sweeps its siblings (:func:`sweep`, beside the run, after the moves):
 a ``lockrun-*`` cgroup is removed, with rmdir only, when nobody holds its flock (its lockrun is
 gone, in whatever PID namespace it ran), it has no process (``populated 0``) and no cgroup below
-it (rmdir refuses otherwise), and it was made more than SWEEP_AFTER ago (a lockrun from before the
-flock takes ten milliseconds from making its cgroup to filling it). The listing is bounded.
+it (rmdir refuses otherwise), and it was made more than SWEEP_AFTER ago (a lockrun takes its flock
+only just after making its cgroup: a new one may not hold it yet). The listing is bounded.
 """
 
 from __future__ import annotations
@@ -310,7 +310,6 @@ class Adopter:
         self._skip = skip
         self._on_created = on_created
         self.cgroup: RunCgroup | None = None
-        self.moved = 0
         self._lock = threading.Lock()  # the cgroup is made, or removed, under it: never both
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockrun-cgroup", daemon=True)
@@ -340,10 +339,7 @@ class Adopter:
         now = descendants.stat(proc.pid)
         if self._stop.is_set() or now is None or now.start != proc.start:
             return False
-        if cgroup.adopt(proc.pid):
-            self.moved += 1
-            return True
-        return False
+        return cgroup.adopt(proc.pid)
 
     def _run(self) -> None:
         first = descendants.stat(self._first)

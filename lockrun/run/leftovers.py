@@ -41,7 +41,6 @@ class Leftovers:
         self.tracks = False
         self.untracked: str | None = None  # why what leaves the command's group is out of reach, if it is
         self.reaps_orphans = False  # lockrun's children other than the command are reaped as they exit
-        self.orphans_reaped = 0
         self.adopt_at: float | None = None  # when the command gets its cgroup (the main loop starts it)
         self._strays: Strays | None = None  # what the command left behind or that left its group, once there is any
         self._adopter: Adopter | None = None  # the run's cgroup, made and filled beside the run
@@ -105,7 +104,6 @@ class Leftovers:
                 continue
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            self.orphans_reaped += 1
 
     def after_command(self, killed: bool) -> int:
         """The command was reaped: SIGTERM (or, past the kill, SIGKILL) whatever it left behind,

@@ -131,11 +131,15 @@ class Run:
         self.journal.say_problem(command_runs=False, error_said=self._error_said)
         self.journal.mark_ended()
         # The lock is released by now: telling someone may take seconds, never the lease.
-        if self.delivery is not None:
-            outcome = delivered(self.delivery, self.journal, outcome, self.job.masking, self.report)
+        outcome = self._deliver(outcome)
         self.journal.finish(outcome)
         self.to_syslog(self.journal, outcome)
         return outcome
+
+    def _deliver(self, outcome: Outcome) -> Outcome:
+        if self.delivery is None:
+            return outcome
+        return delivered(self.delivery, self.journal, outcome, self.job.masking, self.report)
 
     def to_syslog(self, journal: RunJournal, outcome: Outcome) -> None:
         """--syslog: one line for a finished run, or for each finished --retry attempt."""

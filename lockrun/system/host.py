@@ -168,7 +168,7 @@ def _exists(pid: int) -> bool:
     return True
 
 
-# --- records written before pid_ns was recorded -----------------------------------------------------
+# --- every process of this kernel, seen from the initial PID namespace -------------------------------
 
 
 def _hidepid() -> bool:
@@ -216,18 +216,17 @@ def _every_process() -> dict[int, list[tuple[int, bool]]] | None:
     return found
 
 
-def alive_in_any_namespace(pid: int, start: int | None, namespace: int | None = None) -> bool:
+def alive_in_any_namespace(pid: int, start: int | None, namespace: int) -> bool:
     """Is there, anywhere on this kernel, a process that is ``pid`` in its own PID namespace (the
-    one whose inode is ``namespace``, when given) and started at ``start``? True whenever we
-    cannot see every process, or cannot tell one of the candidates apart."""
+    one whose inode is ``namespace``) and started at ``start``? True whenever we cannot see every
+    process, or cannot tell one of the candidates apart."""
     everyone = _every_process()
     if everyone is None:
         return True
     for here, in_ours in everyone.get(pid, []):
-        if namespace is not None:
-            its_namespace = pid_ns() if in_ours else _ns_inode(f"/proc/{here}/ns/pid")
-            if its_namespace not in (namespace, None):
-                continue
+        its_namespace = pid_ns() if in_ours else _ns_inode(f"/proc/{here}/ns/pid")
+        if its_namespace not in (namespace, None):
+            continue
         if start is None or process_start(here) in (start, None) or not _same_time_namespace(here):
             return True
     return False
@@ -255,10 +254,10 @@ def _number(value: object, low: int, high: int) -> int | None:
 
 
 class Origin(NamedTuple):
-    """Where a recorded lockrun process ran, as its record says. Build it with :meth:`of`:
-    records may hold anything, and whatever is unusable is unknown."""
+    """Where a recorded lockrun process ran, as its record says (not its host name: a label, which
+    proves nothing). Build it with :meth:`of`: records may hold anything, and whatever is unusable
+    is unknown."""
 
-    host: str
     boot_id: str
     machine_id: str
     pid_ns: int | None
@@ -267,20 +266,14 @@ class Origin(NamedTuple):
     doubtful: bool = False  # the record names its boot, machine or namespace in a way lockrun never writes
 
     @classmethod
-    def of(cls, host: object, boot: object, pid: object, start: object, namespace: object = None,
-           machine: object = None, doubtful: bool = False) -> Origin:
+    def of(cls, boot: object, pid: object, start: object, namespace: object = None, machine: object = None,
+           doubtful: bool = False) -> Origin:
         machine_text, namespace_number = _text(machine), _number(namespace, 1, NS_INODE_MAX)
         unusable = (machine not in (None, "", b"") and not MACHINE_ID_RE.fullmatch(machine_text)) or (
             namespace_number is None and namespace not in (None, "", b""))
-        return cls(host=_text(host), boot_id=_text(boot), machine_id="" if unusable else machine_text,
+        return cls(boot_id=_text(boot), machine_id="" if unusable else machine_text,
                    pid_ns=namespace_number, pid=_number(pid, 1, PID_MAX), pid_start=_number(start, 0, (1 << 63) - 1),
                    doubtful=doubtful or unusable or not isinstance(boot, (str, bytes, type(None))))
-
-    @property
-    def legacy(self) -> bool:
-        """Written without a PID namespace and a machine id: by an older lockrun (or where /proc
-        and machine-id(5) could not be read)."""
-        return self.pid_ns is None and not self.machine_id
 
     def this_machine(self) -> bool:
         """The record names our machine id (or, where neither side has one, nothing else)."""
@@ -301,39 +294,32 @@ class Origin(NamedTuple):
 
     def process_gone(self, search_every_namespace: bool = False) -> bool:
         """The recorded process certainly no longer runs: its pid here runs another process, or
-        none; or (older records, from this host name and boot, which do not say their namespace)
-        no process of this kernel is that pid in its own namespace, when we can see every process.
-        With ``search_every_namespace``, a record of this machine and boot from another namespace
-        is looked for the same way (in that namespace)."""
+        none. With ``search_every_namespace``, a record of this machine and boot from another
+        namespace is gone when no process of this kernel is that pid in that namespace, when we
+        can see every process. A record that does not say its namespace (written where /proc could
+        not say it) proves nothing by its pid."""
         if self.doubtful or not valid_pid(self.pid):
             return False
         if self.pid_is_ours():
             return not same_process_alive(self.pid, self.pid_start)
-        if self.legacy and self.host == hostname() and self.boot_id and self.boot_id == boot_id():
-            return not alive_in_any_namespace(self.pid, self.pid_start)
         if (search_every_namespace and self.pid_ns is not None and self.this_machine() and self.boot_id
                 and self.boot_id == boot_id()):
             return not alive_in_any_namespace(self.pid, self.pid_start, self.pid_ns)
         return False
 
 
-def known_dead(host: object, boot: object, pid: object, start: object, namespace: object = None,
-               machine: object = None) -> bool:
+def known_dead(boot: object, pid: object, start: object, namespace: object = None, machine: object = None) -> bool:
     """The ledger's question: is the lockrun process of a ``running`` row certainly gone, so that
     the row will never finish (``abandoned``)? Values as stored: any type.
 
     Yes when the row names this machine and another boot, or when its pid no longer runs its
     process (see :meth:`Origin.process_gone`; a row of another PID namespace of this machine is
-    looked for in it, when we can see every process). A row of an older lockrun that names this
-    host and another boot is gone too: the ledger lives on this machine's disk, and the row will
-    not be finished in it. Anything else is presumed alive. (``status`` and ``unlock`` judge a
-    holder more strictly: clearing a live lock is a double run, a wrong word here is not.)
+    looked for in it, when we can see every process). Anything else is presumed alive.
+    (``status`` and ``unlock`` judge a holder more strictly: clearing a live lock is a double run,
+    a wrong word here is not.)
     """
-    origin = Origin.of(host, boot, pid, start, namespace, machine)
+    origin = Origin.of(boot, pid, start, namespace, machine)
     if origin.earlier_boot():
-        return True
-    if (origin.legacy and not origin.doubtful and origin.host == hostname() and origin.boot_id and boot_id()
-            and origin.boot_id != boot_id()):
         return True
     return origin.process_gone(search_every_namespace=True)
 

@@ -46,6 +46,10 @@ def _readable(row: dict[str, Any]) -> bool:
     return age is not None and age >= -FUTURE_S
 
 
+def _configuration(row: dict[str, Any]) -> tuple[object, object, object]:
+    return row["backend"], row["backend_where"], row["backend_from"]
+
+
 def _differs(row: dict[str, Any], backend: str, where: str) -> bool:
     if row["backend"] != backend:
         return True
@@ -78,6 +82,8 @@ def _runs_elsewhere(ledger: Ledger | None, backend: str, where: str, names: list
 
 def _hint(others: list[dict[str, Any]], backend: str, where: str, origin: str) -> str:
     first = others[0]
+    # The names that ran as the newest of them did: each name is said under the backend it used.
+    others = [row for row in others if _configuration(row) == _configuration(first)]
     quoted = [repr(row["name"]) for row in others[:2]]
     who = " and ".join(quoted) if len(others) <= 2 else f"{', '.join(quoted)} and {len(others) - 2} more"
     ago = human_duration(max(0.0, seconds_since(first["started_at"]) or 0.0))

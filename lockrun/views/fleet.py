@@ -3,8 +3,7 @@
 The acquire script notes a run in progress in the name's ``open`` hash (a ``start``, as the
 source gives it) and the release script moves it to the ``runs`` stream as one ``end`` event
 carrying the run's final row and its start's server time; ``last`` holds the newest finished
-run and ``counts`` the outcomes by status. An older lockrun wrote a ``start`` and an ``end``
-event to the stream instead: both are read. This module turns those into the rows that
+run and ``counts`` the outcomes by status. This module turns those into the rows that
 ``history --json`` prints, newest first by the Redis server's clock at each run's start (one
 clock for the whole fleet), and into the facts ``metrics --fleet`` and ``status`` show.
 
@@ -30,7 +29,7 @@ from lockrun.core.readers import parse_int, text_of
 from lockrun.core.record import LOST_AT_RELEASE_COUNT, Row, Status, fields_from_json, row_from_fields
 from lockrun.ledger.metrics import JobFacts
 
-FIRST_PAGE = 2  # a run's end and start: most names contribute a row or two to a page of history
+FIRST_PAGE = 2  # most names contribute a row or two to a page of history
 MAX_PAGE = 512
 _STATUS_NAME = re.compile(r"[a-z_]{1,32}")
 
@@ -64,12 +63,12 @@ class Entry(NamedTuple):
 
 
 class StreamRows:
-    """One name's runs, newest first, paired from its events read backwards page by page.
+    """One name's runs, newest first: its ``end`` events read backwards page by page, and its runs
+    in progress placed among them by their start.
 
-    Reading backwards, a run's ``end`` comes before its ``start``; the pair is complete at
-    the start, which gives the run its place in the order. Ends whose start is not in the
-    window (before ``--since``, or trimmed by MAXLEN) are placed by their own started_at
-    once the stream is read to its oldest event.
+    An end carries its start's server time, which gives the run its place in the order. An end
+    without one (its ``open`` entry was gone at its end: lost with the server's data, or
+    pruned) is placed by its own started_at once the stream is read to its oldest event.
     """
 
     def __init__(self, name: str, since_ms: int | None, opens: list[FleetEvent] | None = None) -> None:
@@ -94,33 +93,21 @@ class StreamRows:
     def feed(self, events: list[FleetEvent]) -> None:
         if len(events) < self.page:
             self.exhausted = True
-        for entry_id, raw in events:
+        for _, raw in events:
             fields = _decoded(raw)
-            kind = text_of(fields.get("event", ""))
             run_id = text_of(fields.get("run_id", ""))
-            if not run_id:
-                continue  # not an event lockrun wrote
-            if kind == "end" and "start_ms" in fields:  # one event per run: complete as it is
-                self._drop_open(run_id)
-                key = id_ms(text_of(fields["start_ms"]) + "-0")
-                if self.since_ms is not None and key < self.since_ms:
-                    continue  # ended in the window, started before it
-                self._open_from(key)
-                self._last_key = self._bounded(key)
-                self._ready.append(Entry(self._last_key, row_from_fields(self.name, fields)))
-            elif kind == "end":
-                self._drop_open(run_id)
+            if text_of(fields.get("event", "")) != "end" or not run_id:
+                continue  # not an end lockrun wrote
+            self._drop_open(run_id)
+            if "start_ms" not in fields:
                 self._pending_ends.setdefault(run_id, fields)  # reading backwards: the newest end
-            elif kind == "start":
-                self._open_from(id_ms(entry_id))
-                self._last_key = self._bounded(id_ms(entry_id))
-                end = self._pending_ends.pop(run_id, None)
-                if end is not None:
-                    self._ready.append(Entry(self._last_key, row_from_fields(self.name, end)))
-                else:
-                    row = row_from_fields(self.name, fields)
-                    row["status"] = Status.RUNNING  # for now: Judge decides
-                    self._ready.append(Entry(self._last_key, row, open_at=entry_id))
+                continue
+            key = id_ms(text_of(fields["start_ms"]) + "-0")
+            if self.since_ms is not None and key < self.since_ms:
+                continue  # ended in the window, started before it
+            self._open_from(key)
+            self._last_key = self._bounded(key)
+            self._ready.append(Entry(self._last_key, row_from_fields(self.name, fields)))
         if events:
             self.before = "(" + events[-1][0]
         self.page = min(self.page * 2, MAX_PAGE)

@@ -80,11 +80,10 @@ def proven_dead_reason(holder: Holder) -> str | None:
     if holder.kernel_held:
         return None  # the kernel says a process holds it, whatever its namespace: alive
     # Most holders name another machine: nothing of theirs but the heartbeat can be judged here.
-    legacy_here = holder.pid_ns is None and not holder.machine_id and holder.host == host.hostname()
-    if (holder.machine_id or "") != host.machine_id() and not legacy_here:
+    if (holder.machine_id or "") != host.machine_id():
         return None
     # The holder's fields are parsed already (Holder.from_fields): no need for Origin.of.
-    origin = host.Origin(host=holder.host or "", boot_id=holder.boot_id or "",
+    origin = host.Origin(boot_id=holder.boot_id or "",
                          machine_id=holder.machine_id or "", pid_ns=holder.pid_ns, pid=holder.pid,
                          pid_start=holder.pid_start, doubtful=bool(IDENTITY_FIELDS.intersection(holder.unusable)))
     return _silent_since_an_earlier_boot(holder, origin) or _process_gone(origin)
@@ -104,11 +103,9 @@ def _silent_since_an_earlier_boot(holder: Holder, origin: host.Origin) -> str | 
 
 
 def _process_gone(origin: host.Origin) -> str | None:
-    if not origin.process_gone():
+    if not origin.process_gone():  # only a pid of our machine, boot and PID namespace can say so
         return None
-    if origin.pid_is_ours():
-        return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
-    return f"its lockrun process {origin.pid} no longer runs on this host (in any PID namespace)"
+    return f"its lockrun process {origin.pid} no longer runs (this machine, boot and PID namespace)"
 
 
 def stale_heartbeat_reason(holder: Holder) -> str | None:

@@ -56,22 +56,11 @@ LEGEND = (
 )
 
 
-class RunSpan(NamedTuple):
-    """One run as the timeline needs it. Sources hand over plain tuples in this field order."""
-
-    started_at: str  # ISO, fixed width
-    ended_at: str | None  # None: still running (or abandoned: its lockrun is gone, its end unknown)
-    status: str
-    duration_s: float | None
-    host: str | None
-    run_id: str | None = None  # only for the SVG's tooltips
-    exit_code: int | None = None  # the command's own
-    exit_status: int | None = None  # what lockrun exited with: what cron saw
-    signal: int | None = None  # the signal that ended the command
-
-
-#: A run as sources hand it over: a plain tuple in RunSpan's field order (a busy week is a
-#: million of them, and a NamedTuple per run costs more than the chart).
+#: A run as sources hand it over, as the timeline needs it: a plain tuple (a busy week is a million
+#: of them, and a NamedTuple per run costs more than the chart) of started_at (ISO, fixed width),
+#: ended_at (None: still running, or abandoned: its lockrun is gone, its end unknown), status,
+#: duration_s, host, then, only for the SVG's tooltips, run_id, exit_code (the command's own),
+#: exit_status (what lockrun exited with: what cron saw) and signal (the one that ended the command).
 Span = tuple[Any, ...]
 
 _START, _END, _STATUS, _DURATION, _HOST = 0, 1, 2, 3, 4

@@ -74,6 +74,9 @@ class EvictionSoak(Soak):
             client.eval("for _, key in ipairs(redis.call('KEYS', 'filler:*')) do redis.call('DEL', key) end", 0)
             # Still saying it evicts, so every acquire is refused, until every holder renewed once.
             time.sleep(max(self.ttls) + 1.0)
+            # The window ends as the policy is sent back: a grant the server makes once it has it
+            # (before the next command, or this client's clock, say so) is no grant while evicting.
+            restoring = time.time()
             client.config_set("maxmemory-policy", "noeviction")
             client.config_set("maxmemory", 0)
         except redis.RedisError as exc:
@@ -85,7 +88,7 @@ class EvictionSoak(Soak):
             return f"failed: {exc}"
         finally:
             client.close()
-        self.windows.append((switched, time.time()))
+        self.windows.append((switched, restoring))
         self.evicted_keys += evicted
         return f"{policy}: {evicted} keys evicted; {len(gone)} of {len(held)} held lock keys gone (evicted or released)"
 

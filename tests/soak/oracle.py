@@ -148,7 +148,7 @@ class FleetEvent:
 
     epoch: int
     name: str
-    kind: str  # start | end
+    kind: str  # end: one entry per finished run
     fields: dict[str, str]
 
 
@@ -222,9 +222,9 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 context = args
                 pending = None
                 if verb in ("EVAL", "EVALSHA") and len(args) > 1 and "return released" in args[1]:
-                    # A release script reached the server: its ARGV carries the run's fleet row.
-                    # (the compact record's row opens with its run id as field "r"; an older one's says run_id)
-                    run_id = _after(args, "run_id") or _after(args, "r")
+                    # A release script reached the server: its ARGV carries the run's fleet entry,
+                    # which opens with its run id as field "r".
+                    run_id = _after(args, "r")
                     if run_id:
                         out.releases.setdefault(run_id, []).append(epoch)
                 # Anything else a client does to a lock key (the injector's steals) ends the lease.
@@ -241,8 +241,7 @@ def reconstruct(epochs: list[tuple[int, list[str], float | None]], prefix: str =
                 pairs = dict(zip(fields[0::2], fields[1::2], strict=False))
                 if is_compact(pairs):  # one entry per finished run: read as the end event it stands for
                     pairs = {str(k): str(v) for k, v in decode_event("0-0", pairs, {}).items()}
-                out.fleet_events.append(FleetEvent(epoch, lock_name(key, prefix, "runs"), pairs.get("event", ""),
-                                                   pairs))
+                    out.fleet_events.append(FleetEvent(epoch, lock_name(key, prefix, "runs"), pairs["event"], pairs))
                 continue
             if verb == "SET" and name and "NX" in (a.upper() for a in args[3:]):
                 ttl_ms = int(args[args.index("PX") + 1]) if "PX" in args else 0

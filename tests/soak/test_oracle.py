@@ -76,11 +76,11 @@ RUNS = "lockrun:{j}:runs"
 def release_with_record(at: float, token: str, run_id: str, status: str, fence: int, recorded: int = 1) -> list[str]:
     lines = [
         f"+{at:.6f} [0 127.0.0.1:5000] " + q("EVAL", "... record_end(...) return released", "3", LOCK, INFO, "w",
-                                             token, "5000", "run_id", run_id, "status", status),
+                                             token, "5000", "r", run_id, "s", status),
         f"+{at:.6f} [0 lua] " + q("DEL", LOCK, INFO),
     ]
-    return lines + [f"+{at:.6f} [0 lua] " + q("XADD", RUNS, "MAXLEN", "~", "2000", "*", "event", "end", "run_id",
-                                              run_id, "status", status, "fencing_token", fence)] * recorded
+    return lines + [f"+{at:.6f} [0 lua] " + q("XADD", RUNS, "MAXLEN", "~", "2000", "*", "r", run_id, "s", status,
+                                              "f", fence)] * recorded
 
 
 def _fleet_problems(lines: list[str], ledger: list[dict]) -> list[str]:

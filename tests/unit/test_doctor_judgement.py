@@ -179,7 +179,7 @@ def test_sentinels_and_clusters() -> None:
     assert found.status == "warn" and "2 of 3 Sentinels" in found.detail
     down = sentinel._replace(flags="master,s_down")
     assert topology_check(Topology("sentinel", sentinel=down), 1).status == "warn"
-    cluster = ClusterFacts("ok", 16384, 16384, ("a:1", "b:1", "c:1"))
+    cluster = ClusterFacts("ok", 16384, ("a:1", "b:1", "c:1"))
     assert topology_check(Topology("cluster", cluster=cluster), 3).status == "ok"
     broken = cluster._replace(state="fail", slots_ok=10000)
     assert topology_check(Topology("cluster", cluster=broken), 3).status == "fail"

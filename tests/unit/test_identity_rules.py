@@ -38,10 +38,8 @@ def this_process(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
 
 
 def origin(**fields: object) -> host.Origin:
-    values: dict[str, object] = {"host": "app-1", "boot": BOOT, "pid": DEAD, "start": 7, "namespace": NS,
-                                 "machine": MACHINE, **fields}
-    return host.Origin.of(values["host"], values["boot"], values["pid"], values["start"], values["namespace"],
-                          values["machine"])
+    values: dict[str, object] = {"boot": BOOT, "pid": DEAD, "start": 7, "namespace": NS, "machine": MACHINE, **fields}
+    return host.Origin.of(values["boot"], values["pid"], values["start"], values["namespace"], values["machine"])
 
 
 def test_a_pid_is_evidence_only_in_our_machine_boot_and_namespace(this_process: Callable[..., None]) -> None:
@@ -51,8 +49,7 @@ def test_a_pid_is_evidence_only_in_our_machine_boot_and_namespace(this_process: 
     assert not origin(machine=OTHER_MACHINE).process_gone()  # another machine
     assert not origin(machine="").process_gone()  # a machine that did not say
     assert not origin(boot=OTHER_BOOT, machine="").process_gone()
-    assert not origin(host="app-2", boot=OTHER_BOOT, machine=OTHER_MACHINE).process_gone()
-    assert origin(host="app-2").process_gone()  # a host name is a label: the same kernel, renamed
+    assert not origin(boot=OTHER_BOOT, machine=OTHER_MACHINE).process_gone()
     this_process(proc=False)  # /proc of another namespace: /proc/PID is not our PID
     assert not origin().process_gone()
     this_process(machine="")  # neither side has a machine id: the boot and the namespace decide
@@ -78,21 +75,24 @@ def test_an_earlier_boot_without_a_machine_id_here_is_not_judged(this_process: C
 def test_unusable_identity_fields_condemn_nothing(fields: dict[str, object]) -> None:
     record = origin(**fields)
     assert record.doubtful and not record.process_gone() and not record.earlier_boot()
-    assert not host.known_dead("app-1", fields.get("boot", BOOT), DEAD, 7, fields.get("namespace", NS),
+    assert not host.known_dead(fields.get("boot", BOOT), DEAD, 7, fields.get("namespace", NS),
                                fields.get("machine", MACHINE))
 
 
-def test_records_of_older_lockruns() -> None:
-    """No namespace, no machine id: searched for in every namespace (the stand-in here says gone)
-    when it names this host and this boot; an earlier boot counts for the ledger only."""
-    older = origin(namespace=None, machine="")
-    assert older.legacy and older.process_gone()
-    assert not origin(namespace=None, machine="", pid=DEAD + 1).process_gone()
-    assert not origin(namespace=None, machine="", host="app-2").process_gone()
-    assert not origin(namespace=None, machine="", boot=OTHER_BOOT).process_gone()
-    assert host.known_dead("app-1", OTHER_BOOT, DEAD + 1, 7)  # the ledger: this host, another boot
-    assert not host.known_dead("app-2", OTHER_BOOT, DEAD + 1, 7)
-    assert not host.known_dead("app-1", OTHER_BOOT, DEAD + 1, 7, NS, "")  # a newer row: no machine id, no judgement
+def test_a_record_without_namespace_and_machine_id_condemns_nothing(this_process: Callable[..., None]) -> None:
+    """Written where /proc and machine-id(5) could not be read: not malformed, but its pid may be
+    another namespace's (the stand-in here says that pid is gone in every one) and without a
+    machine id there is no earlier boot. Nothing proves it dead, for the ledger or for status."""
+    unsaid = origin(namespace=None, machine="")
+    assert not unsaid.doubtful
+    assert not unsaid.process_gone() and not unsaid.process_gone(search_every_namespace=True)
+    assert not host.known_dead(BOOT, DEAD, 7) and not host.known_dead(OTHER_BOOT, DEAD, 7)
+    assert not host.known_dead(OTHER_BOOT, DEAD, 7, NS, "")  # a namespace, no machine id: no boot judgement
+    written = holder(pid_ns="", machine_id="")
+    assert written.problem is None and zombie_reason(written.with_age(None)) is None
+    this_process(machine="")  # neither side has a machine id: one machine, but still no namespace
+    assert not origin(namespace=None, machine="").process_gone()
+    assert zombie_reason(written.with_age(None)) is None
 
 
 def holder(**fields: object) -> Holder:

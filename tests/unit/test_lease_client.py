@@ -242,7 +242,7 @@ def test_replace_of_a_holder_without_a_recorded_ttl_waits_our_ttl_and_kill_after
     backend: FakeBackend, clock: FakeClock, reports: Reports,
 ) -> None:
     backend.hold("nightly", ttl=30.0, renewing=True)
-    del backend.locks["nightly"].info["ttl_ms"]  # an older lockrun's record
+    del backend.locks["nightly"].info["ttl_ms"]  # a record without one (someone else's, or an unusable one)
     got = client_for(backend, clock, reports, ttl=8.0).acquire(None, replace=True, kill_after=2.0)
     assert isinstance(got, Holder)
     assert clock.now == START + 10

@@ -47,6 +47,7 @@ def test_entries_someone_else_wrote_read_as_strange_runs() -> None:
     decoded = decode_event("not-an-id", garbage, {"1": ("h", "a host, not a command")})
     row = row_from_fields("odd", decoded)
     assert row["run_id"] == "x" and row["host"] is None and row["command"] == [] and row["duration_s"] is None
+    assert not is_compact({b"event": b"end", b"run_id": b"x"})  # another layout: no run of lockrun's
     assert decode_open("r", "no spaces") is None and decode_open("r", "12 34 [1]") is None
     assert decode_open("r", '12 34 {"host": "h", "pid": 7}') == ("12-0", {
         "host": "h", "event": "start", "run_id": "r", "fencing_token": "34"})

@@ -23,7 +23,7 @@ from lockrun.backends.local.files import LockFiles
 from lockrun.backends.values import Holder, OnceKey
 from lockrun.core.clock import EPOCH_S_LIMIT, utc_now_iso
 from lockrun.core.errors import BackendUnavailable, ForeignData
-from lockrun.core.zones import MAX_ZONE_NAME, canonical, recorded_zone, shown_record
+from lockrun.core.zones import MAX_ZONE_NAME, recorded_zone, shown_record
 from lockrun.system.safefs import UnsafePath, open_regular, private_dir, read_small, write_atomically
 
 #: A holder's description as stored: a JSON object (whoever wrote it).
@@ -181,8 +181,6 @@ class LockRecords:
                     raise _foreign_zone(name, path, f"it holds {shown_record(raw, size)}, not 'EXPIRES ZONE'")
                 expires, zone = parsed
                 recorded = zone if expires > time.time() else None
-                if recorded is not None and canonical(recorded) == once.zone:
-                    recorded = once.zone  # posix/ZONE, as a lockrun before they were made one wrote it
             if recorded is not None and recorded != once.zone:
                 return recorded if check else None
             if recorded is None and not check:

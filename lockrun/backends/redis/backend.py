@@ -118,7 +118,7 @@ class RedisBackend:
         unlock), not by an uncontended run."""
         from lockrun.backends.redis.inspect import RedisInspection
 
-        return RedisInspection(self.connection, self.fleet.keep_ms)
+        return RedisInspection(self.connection)
 
     # -- lease operations -----------------------------------------------------------
 
@@ -325,8 +325,7 @@ class RedisBackend:
         from lockrun.backends.redis.fleet import RedisFleetRecord
 
         inspection = self.__dict__.get("inspection")  # set once holders were listed (cached_property)
-        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None,
-                                keep_ms=self.fleet.keep_ms)
+        return RedisFleetRecord(self.connection, inspection.prefetched_lasts if inspection is not None else None)
 
     def lock_names(self) -> list[str]:
         """Names of every held lock, plain or slotted, by SCAN (never KEYS)."""

@@ -3,15 +3,16 @@
 The record is written by the lock scripts in redis.py (no round trip of its own); this
 module only reads it: the names (the registry, registry.py; SCAN on a Cluster), pages of a
 name's ``runs`` stream, its runs in progress (``open``), its ``last`` and ``counts`` hashes.
-Every read of many names is pipelined in batches. Entries in the compact layout come back as
-the fields of an older ``end`` event (record_format.py), so that views/fleet.py reads both
-alike; everything else comes back raw, and views/fleet.py parses it defensively.
+Every read of many names is pipelined in batches. Stream entries come back as the fields of an
+``end`` event and ``open`` entries as those of a ``start`` event (record_format.py); a stream
+entry that is not in that layout is no run of lockrun's and is left out; everything else comes
+back raw, and views/fleet.py parses it defensively.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -20,7 +21,7 @@ from lockrun.backends.redis.record_format import SKIPS_KEPT, decode_event, decod
 from lockrun.backends.redis.registry import NameRegistry
 from lockrun.backends.redis.replies import pairs, text
 from lockrun.backends.values import FleetEvent as Event
-from lockrun.backends.values import FleetRetention, PageRequest
+from lockrun.backends.values import PageRequest
 from lockrun.core.readers import text_of
 from lockrun.core.run_ids import run_id_digits
 
@@ -34,18 +35,12 @@ if TYPE_CHECKING:
     AnyPipeline = Pipeline | ClusterPipeline
 
 
-class Batch(Protocol):
-    """A pipeline, as far as :meth:`RedisFleetRecord._batched` uses one."""
-
-    def execute(self, raise_on_error: bool = ...) -> list[Any]: ...
-
-
 Item = TypeVar("Item")
-Pipe = TypeVar("Pipe", bound=Batch)
+Pipe = TypeVar("Pipe", bound="AnyPipeline")  # _find_page's queue needs a plain Pipeline's eval
 
 
 # The entries of one page of a name's stream (newest first, from ARGV[2], at most ARGV[3])
-# whose run id (``run_id``, or ``r`` in the compact layout) starts with the hex digits ARGV[1]
+# whose run id (``r``) starts with the hex digits ARGV[1]
 # (dashes ignored: core/run_ids), and the ``last`` hash if it describes such a run (for its
 # output tail). Scanning happens in Redis, so only the matches cross the network; pages keep
 # each call short, so a long stream never holds up the renewals of every other host.
@@ -61,7 +56,7 @@ end
 for _, entry in ipairs(entries) do
   local fields = entry[2]
   for i = 1, #fields - 1, 2 do
-    if fields[i] == 'run_id' or fields[i] == 'r' then
+    if fields[i] == 'r' then
       if string.sub(digits(fields[i + 1]), 1, #ARGV[1]) == ARGV[1] then found[#found + 1] = entry end
       break
     end
@@ -85,14 +80,13 @@ class RedisFleetRecord:
     """The fleet record of one Redis (plain, Sentinel or Cluster), read through its connection."""
 
     def __init__(self, connection: RedisConnection,
-                 prefetched_lasts: dict[str, tuple[object, object]] | None = None,
-                 keep_ms: int = FleetRetention().keep_ms) -> None:
+                 prefetched_lasts: dict[str, tuple[object, object]] | None = None) -> None:
         self._connection = connection
         self._client = connection.client
         self._prefix = connection.prefix
         # Lasts that the holders' batch reads already brought (redis_inspect.py): not read twice.
         self._prefetched = prefetched_lasts or {}
-        self._registry = NameRegistry(connection, keep_ms)
+        self._registry = NameRegistry(connection)
         self._vals: dict[str, dict[str, tuple[str, str]]] = {}  # each name's ``vals``, read once
 
     def names(self, kinds: tuple[str, ...] = ("runs", "last", "counts")) -> list[str]:
@@ -114,13 +108,12 @@ class RedisFleetRecord:
         return found
 
     def _decoded(self, name: str, reply: Any) -> list[Event]:
-        """Stream entries as (ID, fields); compact ones as an older end event's fields."""
-        events = _events(reply)
-        if not any(is_compact(fields) for _, fields in events):
-            return events
+        """Stream entries as (ID, an end event's fields); entries not in the layout are left out."""
+        events = [(entry_id, fields) for entry_id, fields in _events(reply) if is_compact(fields)]
+        if not events:
+            return []
         vals = self._vals_of([name])[name]
-        return [(entry_id, decode_event(entry_id, fields, vals) if is_compact(fields) else fields)
-                for entry_id, fields in events]
+        return [(entry_id, decode_event(entry_id, fields, vals)) for entry_id, fields in events]
 
     def _vals_of(self, names: list[str]) -> dict[str, dict[str, tuple[str, str]]]:
         unread = [name for name in dict.fromkeys(names) if name not in self._vals]

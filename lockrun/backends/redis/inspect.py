@@ -26,7 +26,7 @@ from lockrun.backends.redis.keys import SCAN_BATCH, LockKeys, lock_keys, scan_na
 from lockrun.backends.redis.registry import NameRegistry
 from lockrun.backends.redis.replies import expiry_s, int_or_none, is_utf8, pairs, text
 from lockrun.backends.redis.scripts import READ_LOCKS_SCRIPT
-from lockrun.backends.values import FleetRetention, Holder
+from lockrun.backends.values import Holder
 from lockrun.core.readers import written_by_others
 
 #: What a key that is not lockrun's own says in ``status`` and on a busy skip.
@@ -102,9 +102,9 @@ def described(name: str, token: Any, pttl: Any, fields: Any, slotted: bool = Fal
 class RedisInspection:
     """The read side of the lock keys: names, holders, and what is wrong with a key."""
 
-    def __init__(self, connection: RedisConnection, keep_ms: int = FleetRetention().keep_ms) -> None:
+    def __init__(self, connection: RedisConnection) -> None:
         self._connection = connection
-        self.registry = NameRegistry(connection, keep_ms)
+        self.registry = NameRegistry(connection)
         self._prefix = connection.prefix
         # The fleet ``last`` (row, last_success_at) of each name a batch script read, for the
         # fleet record's ``lasts`` (status shows both): absent from it, a name has no last run.

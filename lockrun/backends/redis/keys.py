@@ -21,7 +21,7 @@ class LockKeys(NamedTuple):
     wake: str
     preempt: str
     slots: str
-    runs: str  # the fleet record: start and end events of recent runs (a stream)
+    runs: str  # the fleet record: one entry per recent finished run (a stream)
     last: str  # the fleet record: the newest finished run (a hash)
     counts: str  # the fleet record: outcomes by status (a hash)
     open: str  # the fleet record: the runs that started and have not ended yet (a hash by run id)
@@ -30,11 +30,6 @@ class LockKeys(NamedTuple):
 
     def done(self, key: str) -> str:
         return f"{self.base}:done:{key}"
-
-    def ended(self, run_id: str) -> str:
-        """The marker an older lockrun wrote for 10 minutes after recording a run's end (no longer
-        written: the ``open`` hash guards a retried release now)."""
-        return f"{self.base}:ended:{run_id}"
 
     def slot_info(self, token: str) -> str:
         return f"{self.base}:slot:{token}"
@@ -79,11 +74,6 @@ def registry_key(prefix: str) -> str:
     """The registry of names (README "Redis keys"): a sorted set of every name lockrun wrote,
     scored by its last write (ms, server TIME). Not hash-tagged: a single server or Sentinel only."""
     return f"{prefix}names"
-
-
-#: The registry's member that says a SCAN has filled it with the names an older lockrun wrote
-#: (no lock name holds a brace). Scored +inf, so the pruning of old names never removes it.
-REGISTRY_SEEDED = "{scanned}"
 
 
 def name_in_key(prefix: str, key: str) -> str | None:

@@ -49,8 +49,8 @@ ACQUIRE_REPLIES_LUA = "local {} = {}\n".format(", ".join(reply.name for reply in
 # A run is recorded once: its ``open`` entry goes in the same step, so a release retried after
 # a lost reply finds none, and then finds its own entry among the newest: nothing twice. A run
 # with no ``open`` entry and no entry of its own among the newest 200 is recorded all the same:
-# an older lockrun started it, or its ``open`` entry went with the server's data (a restart
-# without persistence, a failover that lost it) while the run held on.
+# its ``open`` entry went with the server's data (a restart without persistence, a failover that
+# lost it) or was pruned (prune_open) while the run held on.
 # names: the registry (keys.registry_key), or KEYS[1] again where there is none (a Cluster).
 # The acquire scripts take FLEET_START_LUA (record_start, record_count), the release scripts
 # FLEET_END_LUA (record_end): EVAL sends a script's whole text every time.
@@ -88,7 +88,7 @@ local function not_recorded_yet(runs, run_id)
   for _, entry in ipairs(entries) do
     local f = {}
     for i = 1, #entry[2] - 1, 2 do f[entry[2][i]] = entry[2][i + 1] end
-    if f['r'] == run_id or (f['run_id'] == run_id and f['event'] == 'end') then return false end
+    if f['r'] == run_id then return false end
   end
   return true
 end
@@ -117,7 +117,7 @@ local function record_end(runs, last, counts, open, vals, names, a, released)
     if field == 'h' or field == 'c' then value = fleet_ref(vals, field, value)
     elseif field == 'n' then value = note
     elseif field == 'l' then value = decided and (lost and '1' or '0') or ''
-    elseif field == 'k' then  -- an unlock starts and ends at once; an older lockrun's start: ''
+    elseif field == 'k' then  -- an unlock starts and ends at once; a start no longer in open: ''
       if at_once then value = '0' else value = start_ms and string.format('%.0f', math.max(0, now - start_ms)) or '' end
     end
     fields[#fields + 1] = field
@@ -259,8 +259,7 @@ local function zone_conflict(key, zone)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'string' then return {kind} end
   local recorded = redis.call('GET', key)
-  -- posix/ZONE (as a lockrun before they were made one recorded it) is ZONE: kept as ZONE
-  if recorded and recorded ~= zone and recorded ~= 'posix/' .. zone and recorded ~= 'right/' .. zone then
+  if recorded and recorded ~= zone then
     return {'string', string.sub(recorded, 1, 65), #recorded}
   end
   return nil

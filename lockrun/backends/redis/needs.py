@@ -17,7 +17,6 @@ from lockrun.backends.redis.fleet import FIND_RUN_SCRIPT
 from lockrun.backends.redis.inspect import TIME_SCRIPT
 from lockrun.backends.redis.keys import lock_keys, registry_key
 from lockrun.backends.redis.pauses import READ_PRESENT_SCRIPT
-from lockrun.backends.redis.registry import SEED_SCRIPT
 
 #: ``redis.call('HSET'`` and ``redis.pcall("INFO"``: the command a script line runs.
 _SCRIPT_CALL = re.compile(r"""redis\.p?call\(\s*['"]([A-Za-z]+)['"]""")
@@ -28,7 +27,7 @@ RUN_SCRIPTS = (scripts.ACQUIRE_SCRIPT, slot_scripts.SLOTS_ACQUIRE_SCRIPT, script
                scripts.ATTEMPT_OVER_SCRIPT, scripts.ATTEMPT_BEGINS_SCRIPT, scripts.PREEMPT_SCRIPT)
 #: The scripts the other commands send: status, unlock, pause, history --fleet, show --fleet.
 READ_SCRIPTS = (scripts.READ_LOCKS_SCRIPT, scripts.PAUSE_SCRIPT, scripts.CLEAR_FOREIGN_SCRIPT, TIME_SCRIPT,
-                READ_PRESENT_SCRIPT, FIND_RUN_SCRIPT, SEED_SCRIPT)
+                READ_PRESENT_SCRIPT, FIND_RUN_SCRIPT)
 
 #: What each command is asked about with (``K``: the key): ACL DRYRUN checks a command's arity, and
 #: a key is found where the command's key specification looks for one. Keyless commands have no K.

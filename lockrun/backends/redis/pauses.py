@@ -28,7 +28,7 @@ class RedisPauses:
         self._connection = connection
         self._keep_ms = keep_ms
         self._registry = registry
-        self._names = names or NameRegistry(connection, keep_ms)  # the inspection's: the registry read once
+        self._names = names or NameRegistry(connection)  # the inspection's: the registry read once
         self._cadences: dict[str, object] = {}  # read beside the pauses, by name
         self._cadences_read: set[str] = set()
 

@@ -4,8 +4,7 @@ One ``runs`` stream entry per finished run, with the same fields in the same ord
 that Redis stores the field names once per stream node and only the values per run. Times are
 whole microseconds (Redis keeps numbers of up to 64 bits as integers, not text); the host name
 and the command are numbers into the name's ``vals`` hash (stored once, at most VALS_MAX of
-them; a value past that is stored in the event itself, after a ``=``). Entries an older lockrun
-wrote (a ``start`` and an ``end`` event per run, every field spelt out) are read as they were.
+them; a value past that is stored in the event itself, after a ``=``).
 
 Encoding is done here before the release script runs; the script fills in what only it knows
 (the note and ``lock_lost_at_release``, the host and command numbers, the start's server time).
@@ -34,10 +33,6 @@ EVENT_FIELDS = (
     ("o", "once_key"), ("E", "error"), ("n", "note"), ("X", "exit_status"), ("w", "waited_s"),
     ("l", "lock_lost_at_release"), ("k", None),
 )
-#: Fields only a --retry run's entries have (docs/operating.md "Retries and jitter"), after the
-#: others: ``a`` the attempt, ``F`` the first attempt's run id ('' on the first attempt itself:
-#: ``r`` is it). A run without --retry writes neither, so its entries keep the one field set.
-RETRY_FIELDS = (("a", "attempt"), ("F", "first_run_id"))
 #: How many distinct host names and commands one name's ``vals`` hash holds (then: inline).
 VALS_MAX = 64
 #: Busy and duplicate skips one name's ``skips`` list keeps, newest first, for timeline --fleet
@@ -73,7 +68,11 @@ def _seconds_us(value: Any) -> str:
 
 def event_pairs(row: Row) -> list[str]:
     """The entry's field/value pairs for one finished row; ``h`` and ``c`` carry the raw host and
-    command JSON (the script swaps them for numbers), ``n``, ``l`` and ``k`` are the script's."""
+    command JSON (the script swaps them for numbers), ``n``, ``l`` and ``k`` are the script's.
+
+    A --retry run's entries (docs/operating.md "Retries and jitter") have two more, after the
+    others: ``a`` the attempt, ``F`` the first attempt's run id ('' on the first attempt itself:
+    ``r`` is it). A run without --retry writes neither, so its entries keep the one field set."""
     started = row.get("started_at")
     started_us = _us_of_iso(started) if isinstance(started, str) else None
     flat: list[str] = []
@@ -122,9 +121,9 @@ _ENCODERS: dict[str | None, Callable[[Any, int | None], str]] = {
 
 
 def is_compact(fields: Mapping[Any, object]) -> bool:
-    """Whether a stream entry is in this layout (an older lockrun's have an ``event`` field)."""
-    keys = {text_of(key) for key in fields}
-    return "r" in keys and "event" not in keys
+    """Whether a stream entry is in this layout: it has a run id (``r``). Any other entry is
+    someone else's, and no run."""
+    return any(text_of(key) == "r" for key in fields)
 
 
 def vals_by_number(flat: Mapping[Any, object] | None) -> dict[str, tuple[str, str]]:
@@ -145,8 +144,10 @@ def _ref(value: str, kind: str, vals: dict[str, tuple[str, str]]) -> str | None:
 
 
 def decode_event(entry_id: str, fields: Mapping[Any, object], vals: dict[str, tuple[str, str]]) -> dict[object, object]:
-    """A compact entry as the fields of an older ``end`` event (plus ``start_ms``, the start's
-    server time, when the entry knows it): what the readers of the record already parse."""
+    """A compact entry as the fields of an ``end`` event: ``event`` ``end``, the row's fields by
+    their names (what ``core.record.row_from_fields`` parses), and ``start_ms``, the start's
+    server time, when the entry knows it (not when the run's ``open`` entry was gone at its end:
+    lost with the server's data, or pruned)."""
     raw = {text_of(key): text_of(value) for key, value in fields.items()}
     out: dict[object, object] = {"event": "end"}
     started_us = parse_int(raw.get("t", ""))
@@ -208,7 +209,8 @@ def _start_ms(entry_id: str, before_text: str) -> str | None:
 
 def decode_open(run_id: object, value: object) -> tuple[str, dict[object, object]] | None:
     """An ``open`` hash entry (``START_MS FENCE {info JSON}``) as (a stream-like ID at its start,
-    the fields of an older ``start`` event); None when it is not one lockrun wrote."""
+    the fields of a ``start`` event: ``event`` ``start`` and the row's fields by their names);
+    None when it is not one lockrun wrote."""
     parts = text_of(value).split(" ", 2)
     if len(parts) != 3 or not parts[0].isdigit():
         return None

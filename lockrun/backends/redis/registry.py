@@ -4,13 +4,10 @@ The acquire and release scripts add their name to one sorted set, scored by the 
 of the write, and drop the names whose last write is older than ``fleet_keep_days`` (no round
 trip of their own). ``status``, ``history --fleet``, ``metrics --fleet`` and ``timeline
 --fleet`` read that set instead of walking the keyspace, so their cost grows with lockrun's
-names, not with the other keys of a shared Redis.
-
-Upgrade: names an older lockrun wrote are in no registry. The first reader that finds the
-registry without its REGISTRY_SEEDED member walks the keyspace once (SCAN, never KEYS), adds
-every name it finds and that member; after that, never again, until the registry itself
-expires (no lockrun wrote for ``fleet_keep_days``). A Redis Cluster has no registry (one key
-cannot share every name's slot): there the readers SCAN each node with MATCH, as before.
+names, not with the other keys of a shared Redis. A key of another type where the registry
+belongs (someone else's) is walked around: the readers SCAN the keyspace (never KEYS) instead.
+A Redis Cluster has no registry (one key cannot share every name's slot): there the readers
+SCAN each node with MATCH.
 """
 
 from __future__ import annotations
@@ -18,21 +15,8 @@ from __future__ import annotations
 from redis.exceptions import ResponseError
 
 from lockrun.backends.redis.client import RedisConnection
-from lockrun.backends.redis.keys import REGISTRY_SEEDED, registry_key, scan_every_name, scan_names
+from lockrun.backends.redis.keys import registry_key, scan_every_name, scan_names
 from lockrun.backends.redis.replies import text
-
-# Add the names a SCAN found without lowering a newer score (NX), mark the registry seeded, and
-# give it the retention's TTL if it has none. KEYS: registry. ARGV: keep_ms, '1' to mark it seeded
-# (the last batch), then names.
-SEED_SCRIPT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
-if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], '+inf', '""" + REGISTRY_SEEDED + """') end
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return 1
-"""
-SEED_BATCH = 1000
 
 
 def _usable(name: str) -> bool:
@@ -42,9 +26,8 @@ def _usable(name: str) -> bool:
 class NameRegistry:
     """The names of one Redis' locks and fleet records, from the registry (or SCAN on a Cluster)."""
 
-    def __init__(self, connection: RedisConnection, keep_ms: int) -> None:
+    def __init__(self, connection: RedisConnection) -> None:
         self._connection = connection
-        self._keep_ms = keep_ms
         self._names: set[str] | None = None  # read once per command
 
     def names(self, kinds: tuple[str, ...]) -> set[str]:
@@ -64,15 +47,4 @@ class NameRegistry:
             members = {text(member) for member in client.zrange(key, 0, -1)}
         except ResponseError:  # not a sorted set: someone else's key; walk the keyspace every time
             return {name for name in scan_every_name(client, self._connection.prefix) if _usable(name)}
-        if REGISTRY_SEEDED not in members:
-            found = {name for name in scan_every_name(client, self._connection.prefix) if _usable(name)}
-            listed = sorted(found)
-            try:
-                starts = range(0, max(len(listed), 1), SEED_BATCH)
-                for start in starts:
-                    client.eval(SEED_SCRIPT, 1, key, self._keep_ms, int(start == starts[-1]),
-                                *listed[start : start + SEED_BATCH])
-            except ResponseError:  # refused (an ACL, a read-only server): the next reader walks again
-                pass
-            members |= found
         return {name for name in members if _usable(name)}

@@ -74,7 +74,7 @@ def _cluster(client: RedisCluster) -> ClusterFacts:
     nodes = masters_of(client)
     first = client.get_redis_connection(nodes[0]) if nodes else None
     state: str | Unread = Unread("no master in the slot map")
-    assigned = ok = None
+    ok = None
     if first is not None:
         (reply,) = RawCalls(first).batch([("CLUSTER", "INFO")])
         if isinstance(reply, ResponseError):
@@ -82,9 +82,8 @@ def _cluster(client: RedisCluster) -> ClusterFacts:
         else:
             fields = parse_info(reply)
             state = fields.get("cluster_state") or Unread("CLUSTER INFO names no cluster_state")
-            assigned = int_or_none(fields.get("cluster_slots_assigned"))
             ok = int_or_none(fields.get("cluster_slots_ok"))
-    return ClusterFacts(state=state, slots_assigned=assigned, slots_ok=ok, masters=tuple(node.name for node in nodes))
+    return ClusterFacts(state=state, slots_ok=ok, masters=tuple(node.name for node in nodes))
 
 
 def masters_of(client: RedisCluster) -> list[Any]:
