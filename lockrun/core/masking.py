@@ -19,8 +19,9 @@ and ``status`` on every host, to webhooks and to the ledger; so it is masked fir
 - the user's own rules (config ``redact``: :func:`parse_masking`).
 
 The same rules apply inside an argument that is a shell script (``sh -c 'curl -u a:b …'``): its
-words are read as argv words, and a control operator (``|``, ``&&``, ``;``) ends a client's
-options. Each masked value becomes ``***`` (the fleet record's entries hold the command as a
+words are read as argv words, and a control operator (``|``, ``&&``, ``;``, also attached:
+``cd /x;mysql``) or the start of a command substitution or subshell (``$(``, a backquote, ``(``)
+ends a client's options. Each masked value becomes ``***`` (the fleet record's entries hold the command as a
 number into ``vals``: their 132 bytes per run, bench/RESULTS.md, do not change), and masking twice
 changes nothing. Masking errs towards hiding: a flag whose next
 word is not its value (``psql --password db``) hides that word.
@@ -76,9 +77,6 @@ CLIENT_OPTIONS: dict[str, dict[str, str]] = {
     **dict.fromkeys(("zip", "unzip"), {"-P": "value"}),
     **dict.fromkeys(("7z", "7za", "7zr"), {"-p": "attached"}),
 }
-#: Words that end a client's options in a shell script (``mysql -pX db; rsync -pa …``): what follows
-#: is another command. Only in a script: in an argv they are arguments like any other.
-CONTROL_WORDS = frozenset({"|", "||", "&&", ";", "&"})
 
 #: Header-style schemes kept in front of a masked credential (``Authorization: Bearer ***``).
 AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "token", "negotiate", "ntlm", "oauth", "apikey", "bot",
@@ -102,12 +100,15 @@ BUILT_IN = Masking()
 _URL = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://"
 # NAME= (an option's --NAME= too), not inside a longer word.
 _ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)="
-# Name: value, as a header is written (not scheme://).
-_HEADER = r"(?<![A-Za-z0-9_.\-])([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(?!//)[ \t]*"
+# Name: value, as a header is written (not scheme://); also attached to curl's -H (-HAuthorization: …).
+_HEADER = r"(?:(?<=^-H)|(?<=[\s'\"]-H)|(?<![A-Za-z0-9_.\-]))([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(?!//)[ \t]*"
 # "key": "value" in JSON.
 _JSON_PAIR = r'"([^"\\]{1,100})"\s*:\s*"((?:[^"\\]|\\.)*)"'
-# A word of a script: quoted parts belong to it, spaces and all ('a b' is one word).
-_WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[^\s'"])+"""
+# A word of a script: quoted parts belong to it, spaces and all ('a b' is one word); or a run of
+# the characters that end or begin a command (cd /x;mysql, $(mysql, `mysql, (mysql), but not a
+# redirection's >& (2>&1).
+_WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[<>]&|[^\s'";|&()`])+|[;|&()`]+"""
+_OPERATOR_CHARACTERS = frozenset(";|&()`")
 # Where an unquoted value inside a longer text ends.
 _VALUE_END = r"[\s'\"&;`]"
 _QUERY_VALUE_END = r"[\s'\"&#]"
@@ -347,8 +348,8 @@ def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, i
 
 
 def _ends_a_command(word: _Word, text: str) -> bool:
-    """A control operator of a script (see CONTROL_WORDS), alone or at a word's end."""
-    return not word.whole and (text in CONTROL_WORDS or text.endswith((";", "|", "&")))
+    """A control operator of a script, or the ``(`` or backquote before a command in it."""
+    return not word.whole and bool(text) and set(text) <= _OPERATOR_CHARACTERS
 
 
 def _name_client(client: dict[str, frozenset[str]], program: str) -> None:

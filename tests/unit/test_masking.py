@@ -72,6 +72,14 @@ from lockrun.core.masking_rules import MAX_REDACT_ENTRIES, parse_masking
      ["sh", "-c", "FOO_TOKEN=*** /opt/job --token '***' && mysql -p*** db | gzip; rsync -pa x y"]),
     (["sh", "-c", "curl -H 'Authorization: Bearer abc' -u a:b https://x"],
      ["sh", "-c", "curl -H 'Authorization: Bearer ***' -u a:*** https://x"]),
+    # a command begins after an operator written against it, in $( ), ( ) and backquotes
+    (["sh", "-c", "cd /srv;mysql -pS1 db"], ["sh", "-c", "cd /srv;mysql -p*** db"]),
+    (["sh", "-c", "echo $(mysql -pS2 db) `redis-cli -a S3 ping` (sshpass -p S4 ssh h)"],
+     ["sh", "-c", "echo $(mysql -p*** db) `redis-cli -a *** ping` (sshpass -p *** ssh h)"]),
+    (["sh", "-c", "mysql -pS5 db 2>&1; rsync -pa x y"], ["sh", "-c", "mysql -p*** db 2>&1; rsync -pa x y"]),
+    # curl's -H with its header attached
+    (["curl", "-HAuthorization: Bearer abc"], ["curl", "-HAuthorization: Bearer ***"]),
+    (["sh", "-c", "curl -H'X-Api-Key: k' https://x"], ["sh", "-c", "curl -H'X-Api-Key: ***' https://x"]),
     # a word that names a client may be an argument: the options of both hide
     (["curl", "lftp", "-u", "me:pw"], ["curl", "lftp", "-u", "me:***"]),
     (["redis-cli", "7z", "-a", "pw", "then", "-a", "pw2"], ["redis-cli", "7z", "-a", "***", "then", "-a", "***"]),
