@@ -190,10 +190,13 @@ def test_a_file_shared_by_jobs_keeps_each_jobs_series_once(local_env, tmp_path):
     assert promtool_check(text).returncode == 0
 
 
-@pytest.mark.parametrize("given", ["", "DIR", "/dev/null", "MISSING/lockrun.prom"])
+@pytest.mark.parametrize("given", ["", "DIR", "/dev/null", "MISSING/lockrun.prom", "LINK"])
 def test_a_path_lockrun_could_not_write_is_refused_before_the_command_runs(local_env, tmp_path, given):
     marker = tmp_path / "ran"
+    (tmp_path / "real.prom").write_text("")
+    (tmp_path / "link.prom").symlink_to(tmp_path / "real.prom")  # replaced by a rename, never written through
     path = given.replace("DIR", str(tmp_path)).replace("MISSING", str(tmp_path / "no-such-dir"))
+    path = path.replace("LINK", str(tmp_path / "link.prom"))
     result = run_lockrun(local_env, "-n", "m", "--metrics-file", path, "--", "touch", str(marker))
     assert_one_line(result, 2, "--metrics-file")
     assert not marker.exists() and Path("/dev/null").is_char_device()

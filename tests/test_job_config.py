@@ -92,9 +92,54 @@ def test_a_top_level_default_gives_way_where_a_jobs_own_value_may_not(local_env,
     # min_hold at the top level is every job's default: a --slots job runs without it ...
     env = with_config(local_env, tmp_path, 'min_hold = "1s"\n[job.pool]\nslots = 2\n')
     assert run_lockrun(env, "-n", "pool", "--", "true").returncode == 0
-    # ... but asked for by the job itself, it cannot go with --slots: exit 2, as the flags would be.
+    # ... but asked for by the job itself, it cannot go with --slots: exit 78 naming the file, in
+    # a run and in `lockrun config` alike; given as flags, exit 2.
     env = with_config(local_env, tmp_path, '[job.pool]\nslots = 2\nmin_hold = "1s"\n')
-    assert_one_line(run_lockrun(env, "-n", "pool", "--", "true"), 2, "--slots cannot be combined")
+    config = env["LOCKRUN_CONFIG"]
+    for args in (("-n", "pool", "--", "true"), ("config", "pool")):
+        assert_one_line(run_lockrun(env, *args), 78, f"config file {config} [job.pool]: --slots cannot be combined",
+                        f"slots in {config} [job.pool], min_hold in {config} [job.pool]")
+    assert_one_line(run_lockrun(local_env, "--slots", "2", "--min-hold", "1s", "-n", "p", "--", "true"), 2,
+                    "--slots cannot be combined")
+
+
+def test_settings_that_cannot_go_together_are_refused_wherever_each_was_set(local_env, tmp_path):
+    # A run would take one cadence and drop the other without a word: refused, naming both places.
+    env = with_config(local_env, tmp_path, 'every = "5m"\n[job.a]\nschedule = "*/5 * * * *"\n')
+    config = env["LOCKRUN_CONFIG"]
+    for args in (("-n", "a", "--", "true"), ("config", "a"), ("-n", "b", "--schedule", "* * * * *", "--", "true")):
+        assert_one_line(run_lockrun(env, *args), 78, "--every and --schedule cannot be combined",
+                        f"every in {config}")
+    # A --once template from the file that expands to no valid key: the file is what to fix.
+    env = with_config(local_env, tmp_path, '[job."b.c"]\nonce = "x %c"\n')
+    config = env["LOCKRUN_CONFIG"]
+    for args in (("-n", "b.c", "--", "true"), ("config", "b.c")):
+        assert_one_line(run_lockrun(env, *args), 78, f'config file {config} [job."b.c"]: invalid --once key')
+    assert_one_line(run_lockrun(local_env, "-n", "b.c", "--once", "x %c", "--", "true"), 2, "invalid --once key")
+
+
+def test_a_jobs_table_is_named_as_toml_spells_it_and_its_redact_rules_add_to_the_top_levels(local_env, tmp_path):
+    env = with_config(local_env, tmp_path, 'redact = ["--sig"]\n[job."sync.invoices"]\nredact = ["-k"]\nttl = 5\n')
+    config = env["LOCKRUN_CONFIG"]
+    shown = settings(env, "sync.invoices")
+    assert shown["ttl"]["source"] == f'{config} [job."sync.invoices"]'
+    assert shown["redact"] == {"value": ["--sig", "-k"], "source": f'{config} + [job."sync.invoices"]'}
+    assert settings(env, "other")["redact"]["value"] == ["--sig"]
+    ran = run_lockrun(env, "-n", "sync.invoices", "--", "true", "--sig", "S1", "-k", "S2")
+    assert ran.returncode == 0, ran.stderr
+    [row] = history(env, "sync.invoices")
+    assert "S1" not in json.dumps(row) and "S2" not in json.dumps(row), row
+
+
+def test_a_big_config_file_loads_in_linear_time(local_env, tmp_path):
+    # Each key's line used to be searched for as it was checked: 20,000 keys took minutes.
+    jobs = "".join(f'[job.j{n}]\nttl = 5\nretry = 1\n' for n in range(10_000))
+    env = with_config(local_env, tmp_path, jobs)
+    shown = settings(env, "j9999")
+    assert shown["retry"]["value"] == 1
+    # A number too large for a float is a line, not a traceback.
+    env = with_config(local_env, tmp_path, f"ttl = 1{'0' * 400}\n")
+    assert_one_line(run_lockrun(env, "config", "x"), 78, "line 1: ttl must be")
 
 
 def test_config_hides_a_urls_password_and_checks_what_it_is_given(local_env, tmp_path):

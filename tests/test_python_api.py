@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -360,6 +361,10 @@ def test_history_says_how_each_block_ended(any_env, tmp_path):
     ]
     tokens = [r["fencing_token"] for r in reversed(history(any_env, "ends"))]
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
+    # Run ids as the command line gives them (with dashes), found by `show` from their start.
+    run_id = history(any_env, "ends")[0]["run_id"]
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", run_id), run_id
+    assert run_lockrun(any_env, "show", run_id[:13]).returncode == 0
 
 
 def test_an_unreachable_redis_is_unavailable_and_recorded(env, tmp_path):

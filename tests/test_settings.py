@@ -1,12 +1,14 @@
 """Validators and the settings precedence, tested as plain functions."""
 
 import os
+import time
 
 import pytest
 
 from lockrun.config import file, settings, values
 from lockrun.core.errors import ConfigError, UsageError
-from lockrun.core.redis_url import redact_url, validate_redis_url
+from lockrun.core.redis_url import redact_url, validate_redis_url, without_password
+from lockrun.run.notify import Sending
 
 
 @pytest.mark.parametrize("name", ["a", "sync-invoices", "A.b_c:d@e/f-g", "9" * 200])
@@ -66,6 +68,8 @@ def test_bad_durations(text):
         ("rediss://user@host/0", "rediss://user@host/0"),
         ("unix:///run/redis.sock?password=s3cret&db=1", "unix:///run/redis.sock?password=***&db=1"),
         ("redis://host", "redis://host"),
+        ("rediss://host/0?ssl_password=s3cret&ssl_keyfile=/k.pem", "rediss://host/0?ssl_password=***&ssl_keyfile=/k.pem"),
+        ("rediss://host/0?SSL_Password=s3cret", "rediss://host/0?SSL_Password=***"),
     ],
 )
 def test_redact_url(url, shown):
@@ -77,6 +81,37 @@ def test_redact_url(url, shown):
 def test_bad_redis_urls(url):
     with pytest.raises(UsageError, match="invalid Redis URL"):
         validate_redis_url(url)
+
+
+def test_the_commands_environment_keeps_no_password_of_the_url():
+    url = without_password("rediss://u:s3cret@host/0?ssl_password=s3cret&ssl_keyfile=/k.pem&password=s3cret")
+    assert url == "rediss://u@host/0?ssl_keyfile=/k.pem"
+
+
+@pytest.mark.parametrize("url", ["redis+sentinel://:pw@h:1,h2:2/m/0?sentinel_password=s3cret",
+                                 "redis+cluster://h:7000/?ssl_password=s3cret"])
+def test_cluster_and_sentinel_urls_take_no_query_parameters(url):
+    with pytest.raises(UsageError, match="takes no query parameters") as info:
+        validate_redis_url(url)
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["https://hc.example/ping/a b", "https://u:s3cret@hc.example/a\r\nX-Evil: 1",
+                                 "https://u:s3cret@hc.example/bücher", "https://hc.example/\x00"])
+def test_an_http_url_a_client_could_not_send_is_refused_as_it_is_read(url):
+    with pytest.raises(UsageError, match="printable ASCII") as info:
+        values.validate_http_url(url, "--notify")
+    assert "s3cret" not in str(info.value)
+
+
+def test_a_delivery_that_raises_is_one_line_without_the_url(capfd):
+    def send():
+        raise UnicodeEncodeError("ascii", "https://u:s3cret@h/ü", 0, 1, "no")
+
+    sending = Sending("https://h/…", send, "ping")
+    failure = sending.result(time.monotonic() + 10)
+    assert failure == "https://h/…: ping not sent (UnicodeEncodeError)"
+    assert capfd.readouterr().err == ""  # no thread traceback, which would have printed the URL
 
 
 def test_bad_url_message_hides_password():

@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 
 from lockrun.api.delivery import Delivered, Target, Teller
 from lockrun.api.ending import block_outcome, not_run_outcome
@@ -42,6 +41,7 @@ from lockrun.core.clock import utc_now_iso
 from lockrun.core.defaults import DEFAULT_KILL_AFTER
 from lockrun.core.errors import BackendUnavailable, ExitCode, LockrunError
 from lockrun.core.record import Status
+from lockrun.core.run_ids import new_run_id
 from lockrun.ledger.store import RunRecord
 from lockrun.run.journal import RunJournal
 from lockrun.run.keeper import Keeper, lease_problem
@@ -117,7 +117,7 @@ class BlockRun:
         self.pid = os.getpid()
         self.thread_id = threading.get_ident()
         self.main = main
-        self.run_id = uuid.uuid4().hex
+        self.run_id = new_run_id()  # as a run from the command line: history and show find either the same way
         self.lock = threading.Lock()  # between the block's exit and the watcher ending it unattended
         self.lost_reason: str | None = None
         self.leaving = False  # the block's exit has begun

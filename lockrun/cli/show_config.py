@@ -32,9 +32,12 @@ def config(ctx: click.Context, /, name: str, as_json: bool, **_: Any) -> NoRetur
     options given here are taken as a run would take them.
     """
     from lockrun.config.resolve import resolve
+    from lockrun.config.settings import Settings
     from lockrun.render.settings_table import print_settings
+    from lockrun.run.command import check_plan
     from lockrun.views.settings_view import settings_of
 
     plan = resolve(given_flags(ctx), name)
+    check_plan(plan, Settings(plan))  # what a run would refuse, refused here with the same line and code
     print_settings(name, settings_of(plan), as_json)
     ctx.exit(0)

@@ -24,6 +24,16 @@ SYSTEM_CONFIG = Path("/etc/lockrun.toml")
 #: The table of a config file that sets a job's own options: ``[job.NAME]``.
 JOB_TABLE = "job"
 
+#: A TOML bare key: a name with anything else (``.``, ``:``, ``@``, ``/``) is quoted in its header.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def job_table(name: str) -> str:
+    """The header of a job's table as the file must spell it: ``[job.backup]``,
+    ``[job."sync.invoices"]`` (unquoted, TOML would read a dotted name as nested tables)."""
+    label = name if _BARE_KEY.fullmatch(name) else f'"{name}"'  # a lock name has no quote or backslash
+    return f"[{JOB_TABLE}.{label}]"
+
 
 class ConfigFile:
     """A config file's settings, each checked by its row of the table (config/options.py): the
@@ -160,7 +170,7 @@ def _checked_jobs(jobs: object, path: Path, lines: list[str]) -> dict[str, dict[
         try:
             validate_name(name)
         except UsageError as exc:
-            raise ConfigError(f"config file {_where(path, lines, None, name)}: [job.NAME]: {exc}") from None
+            raise ConfigError(f"config file {_where(path, lines, None, name)}: [{JOB_TABLE}.NAME]: {exc}") from None
         checked[name] = _checked(table, JOB_KEYS, path, lines, name)
     return checked
 
@@ -170,11 +180,13 @@ def _checked(data: dict[str, object], allowed: frozenset[str], path: Path, lines
     """Each of a table's keys, parsed by its row: exit 78 naming the file, line and key otherwise."""
     checked = {}
     for key, value in data.items():
-        where = _where(path, lines, key, job)
         option = BY_KEY.get(key)
-        if option is None or key not in allowed:
-            raise ConfigError(f"config file {where}: {_unknown(key, job)}")
-        checked[key] = _value(option, value, where)
+        try:
+            if option is None or key not in allowed:
+                raise UsageError(_unknown(key, job))
+            checked[key] = _value(option, value)
+        except UsageError as exc:  # the line is looked for only now: a search per key made loading quadratic
+            raise ConfigError(f"config file {_where(path, lines, key, job)}: {exc}") from None
     return checked
 
 
@@ -184,10 +196,11 @@ def _unknown(key: str, job: str | None) -> str:
         return f"unknown key {quoted(key)} (known keys: {known}, and [job.NAME] tables)"
     if key in FILE_KEYS:
         return f"{quoted(key)} is not a run option: it belongs at the top level of the file, for every job"
-    return f"unknown key {quoted(key)} in [job.{job}] (run options: {', '.join(sorted(JOB_KEYS))})"
+    return f"unknown key {quoted(key)} in {job_table(job)} (run options: {', '.join(sorted(JOB_KEYS))})"
 
 
-def _value(option: Option[Any], value: object, where: str) -> Any:
+def _value(option: Option[Any], value: object) -> Any:
+    """The value parsed by its row; UsageError, said as a config file says it, otherwise."""
     file_types = option.parse.file_types
     try:
         if file_types is not None and (isinstance(value, bool) or not isinstance(value, file_types)):
@@ -197,7 +210,9 @@ def _value(option: Option[Any], value: object, where: str) -> Any:
         reason = str(exc)
         if reason.startswith(f"invalid {option.key} "):  # the parser's usual line: said as a config file says it
             reason = f"{option.key} must be {option.expected}, not {quoted(value)}"
-        raise ConfigError(f"config file {where}: {reason}") from None
+        raise UsageError(reason) from None
+    except (OverflowError, ValueError):  # a parser not written for an integer of 400 digits
+        raise UsageError(f"{option.key} must be {option.expected}, not a number that large") from None
 
 
 def _where(path: Path, lines: list[str], key: str | None, job: str | None = None) -> str:

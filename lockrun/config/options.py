@@ -46,12 +46,13 @@ class Option(Generic[T]):
     """One row of the table (a plain class: rows are made at import, on every run's path)."""
 
     __slots__ = ("key", "flags", "parse", "default", "help", "env", "metavar", "scope", "sets", "choices",
-                 "shown_default", "repeatable")
+                 "shown_default", "repeatable", "adds")
 
     def __init__(
         self, key: str, parse: Parse[T], default: T, help: str, *, flags: tuple[str, ...] = (),
         env: str | None = None, metavar: str | None = None, scope: str = RUN, sets: T | None = None,
         choices: tuple[str, ...] = (), shown_default: str | None = None, repeatable: bool = False,
+        adds: bool = False,
     ) -> None:
         self.key = key  # the config key, and the name the plan and the JSON of `lockrun config` use
         self.parse = parse
@@ -65,6 +66,7 @@ class Option(Generic[T]):
         self.choices = choices  # offered by completion; parse checks them
         self.shown_default = shown_default  # how --help and the reference say the default, if not str(default)
         self.repeatable = repeatable  # the flag may be given more than once (a tuple of values)
+        self.adds = adds  # a [job.NAME] table's list is added to the top level's, not put in its place
 
     def __repr__(self) -> str:
         return f"Option({self.key!r})"
@@ -250,7 +252,8 @@ KEEP_DETACHED = Option(
 REDACT: Option[tuple[str, ...]] = Option(
     "redact", Parse(redact_entries, "a list of strings (see docs/fleet.md \"What is published\")"), (),
     "More of the command line to mask wherever it is recorded: options whose value is masked (\"--api-key\"),"
-    " names that name a secret (\"DB_CRED\"), or \"re:\" and a regular expression.")
+    " names that name a secret (\"DB_CRED\"), or \"re:\" and a regular expression; a [job.NAME] table's"
+    " rules add to the top level's.", adds=True)
 RECORD_COMMAND = Option(
     "record_command", SWITCH, True, "false: record the program's name only, not its arguments.")
 VERBOSE = Option("verbose", SWITCH, False, "Say what lockrun does (on stderr).", flags=("-v", "--verbose"),

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lockrun.config.file import ConfigFile, load_config
+from lockrun.config.file import ConfigFile, job_table, load_config
 from lockrun.config.options import CONFIG, OPTIONS, Option
 from lockrun.core.errors import UsageError
 
@@ -47,6 +47,11 @@ class Plan:
         if source == DEFAULT or (self.config_path is not None and source == str(self.config_path)):
             return None
         return self[option]
+
+    def from_the_file(self, option: Option[Any]) -> bool:
+        """Set by the config file (its top level or the name's table): a message then says exit 78."""
+        source = self._sources[option.key]
+        return source not in (FLAG, DEFAULT) and not source.startswith("env ")
 
     def named_source(self, option: Option[Any]) -> str:
         """Where a value came from, as a message names it: ``--tz``, ``LOCKRUN_TZ``, ``timezone in
@@ -90,7 +95,9 @@ def _resolved(option: Option[Any], flags: Mapping[str, Any], environ: Mapping[st
     if env is not None and option.env:
         return _from_env(option, option.env, env), f"env {option.env}"
     if option.key in job:
-        return job[option.key], f"{file.path} [job.{name}]"
+        if option.adds and option.key in file.top:  # a job's redact rules add to every job's
+            return file.top[option.key] + job[option.key], f"{file.path} + {job_table(str(name))}"
+        return job[option.key], f"{file.path} {job_table(str(name))}"
     if option.key in file.top:
         return file.top[option.key], str(file.path)
     return option.default, DEFAULT

@@ -27,7 +27,7 @@ from lockrun.core.defaults import (
 from lockrun.core.errors import UsageError
 from lockrun.core.printable import quoted
 from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
-from lockrun.system.safefs import special_file
+from lockrun.system.safefs import not_replaceable, special_file
 
 NAME_RULE = (
     "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
@@ -101,7 +101,10 @@ def parse_time_span(
 def _span(text: str | float) -> tuple[str, float]:
     """A time value as a message shows it, and its seconds (NaN: not written as one)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):  # a TOML number: seconds
-        return repr(text), float(text)
+        try:
+            return repr(text), float(text)
+        except (OverflowError, ValueError):  # an integer too large for a float, or to print
+            return "(a number of more than 300 digits)", math.inf
     match = _SPAN_RE.fullmatch(str(text))
     return quoted(str(text)), float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"] if match else math.nan
 
@@ -260,6 +263,9 @@ def redact_endpoint(url: str) -> str:
 
 def validate_http_url(url: str, what: str) -> str:
     """An http(s) URL with a host; the message never shows the URL's secrets."""
+    if not _URL_TEXT.fullmatch(url):  # an HTTP client cannot send it; said now, not by a thread mid-run
+        raise UsageError(f"invalid {what} {quoted(redact_endpoint(url))}: a URL is printable ASCII, without"
+                         " spaces (percent-encode the rest: %20)")
     try:
         parts = urlsplit(url)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -269,6 +275,10 @@ def validate_http_url(url: str, what: str) -> str:
     if not ok:
         raise UsageError(f"invalid {what} {quoted(redact_endpoint(url))}: expected an http:// or https:// URL")
     return url
+
+
+#: What an HTTP request line can carry: printable ASCII, no space.
+_URL_TEXT = re.compile(r"[!-~]+")
 
 
 # --- paths lockrun writes ----------------------------------------------------------------
@@ -317,6 +327,9 @@ def metrics_file_problem(path: str, what: str, directory: bool = True) -> str | 
     problem = output_path_problem(path, what, directories=True)
     if problem or not directory:
         return problem
+    if not_replaceable(Path(path).expanduser()) == "a symbolic link":  # replaced by a rename: never through a link
+        return (f"{what} {path} is a symbolic link; lockrun replaces the file by a rename and never writes"
+                " through a link: name the file it points to")
     parent = Path(path).expanduser().absolute().parent
     if not parent.is_dir():
         return f"{what} {path}: its directory {parent} does not exist"

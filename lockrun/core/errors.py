@@ -36,15 +36,15 @@ EXIT_CODE_DOCS: list[tuple[str, str, str]] = [
     ("the command's own", "the command exited", "yes"),
     ("128+N", "the command was killed by signal N", "yes"),
     ("2", "usage error: bad flag, value, name or missing command (plain `lockrun` prints its help on stderr);"
-          " a name used elsewhere with another --slots N or --once time zone", "no"),
+          " flags that cannot go together; a name used elsewhere with another --slots N or --once time zone", "no"),
     ("69", "the lock backend is unreachable (connect, auth or first command failed, within a bounded time;"
            " local backend: the state directory cannot be used), or holds data for this lock that lockrun did not"
            " write, or is a Redis that may evict keys (maxmemory-policy) or is out of memory", "no"),
     ("75", "lock busy (changeable with -E)", "no"),
     ("76", "the lease was lost (--on-lost terminate) or another run replaced it (--replace), and the command"
            " was terminated", "stopped"),
-    ("78", "bad configuration file or Redis password file (unreadable, out of range, or not owned by you or root)",
-     "no"),
+    ("78", "bad configuration file or Redis password file (unreadable, out of range, settings that cannot go"
+           " together, or not owned by you or root)", "no"),
     ("124", "--timeout expired and the command was stopped", "stopped"),
     ("125", "lockrun itself failed", "maybe"),
     ("126 / 127", "the command is not executable / not found", "no"),

@@ -110,7 +110,11 @@ def parse_cluster_url(url: str) -> ClusterURL:
     name of the master they watch (the credentials are the master's).
     """
     scheme, _, rest = url.partition("://")
-    netloc, _, path = rest.split("?", 1)[0].partition("/")
+    rest, _, query = rest.split("#", 1)[0].partition("?")
+    if query:  # read by nothing: a setting that seems taken but is not (a sentinel_password, say)
+        raise ValueError(f"a {scheme}:// URL takes no query parameters (the password: in the URL before the"
+                         " hosts, or redis_password_file)")
+    netloc, _, path = rest.partition("/")
     service, db = _sentinel_master(path) if scheme in SENTINEL_SCHEMES else (None, 0)
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
@@ -167,7 +171,12 @@ def _user_only(netloc: str) -> str:
 
 
 def _without_password_pair(query: str) -> str:
-    return "&".join(pair for pair in query.split("&") if pair.split("=", 1)[0].lower() != "password")
+    return "&".join(pair for pair in query.split("&") if not _is_secret(pair.split("=", 1)[0]))
+
+
+def _is_secret(key: str) -> bool:
+    """A query parameter that holds a secret: ``password``, ``ssl_password``, any ``*password*``."""
+    return "password" in unquote(key).lower()
 
 
 def environment_for_command(environ: Mapping[str, str]) -> dict[str, str]:
@@ -192,7 +201,7 @@ def url_without_credentials(url: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password (userinfo or ``?password=``) replaced by ``***``."""
+    """The URL with any password (userinfo, ``?password=``, ``?ssl_password=``) replaced by ``***``."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -215,6 +224,6 @@ def _netloc_redacted(netloc: str) -> str:
 
 def _query_redacted(query: str) -> str:
     pairs = parse_qsl(query, keep_blank_values=True)
-    if not any(key.lower() == "password" for key, _ in pairs):
+    if not any(_is_secret(key) for key, _ in pairs):
         return query
-    return urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*", quote_via=quote)
+    return urlencode([(k, "***" if _is_secret(k) else v) for k, v in pairs], safe="*/:", quote_via=quote)

@@ -32,8 +32,13 @@ def print_settings(name: str, settings: list[Setting], as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(settings_json(name, settings), indent=2) + "\n")
         return
-    rows = [(setting.key, value_text(setting), printable(setting.source)) for setting in settings]
+    rows = [(setting.key, value_text(setting), printable(_source_text(setting))) for setting in settings]
     widths = [max(len(row[column]) for row in rows) for column in (0, 1)]
     sys.stdout.write(f"settings of a run of {printable(name)}:\n")
     for key, value, source in rows:
         sys.stdout.write(f"  {key:<{widths[0]}}  {value:<{widths[1]}}  {source}\n")
+
+
+def _source_text(setting: Setting) -> str:
+    """Where the value came from; for an unset default, what it means (wait: give up at once)."""
+    return f"{setting.source}: {setting.unset_means}" if setting.unset_means else setting.source

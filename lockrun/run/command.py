@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.config import options as o
 from lockrun.config import values
@@ -27,45 +27,78 @@ if TYPE_CHECKING:
 class _Conflict(NamedTuple):
     breaks: Callable[[Plan], object]  # true when the plan has it
     message: str  # {slots}: the plan's --slots
+    options: tuple[o.Option[Any], ...]  # the settings involved: one set by the config file makes it exit 78
 
 
-#: The options that cannot go together, checked in this order. A value from the config file's top
-#: level is a default for every job: it gives way (``min_hold`` under ``--slots``, ``output`` under
-#: ``--keep-detached``); values given for this run or this name (plan.explicit) must agree.
+#: The options that cannot go together, checked in this order, on the values a run would use. Two
+#: exceptions, where a value from the config file's top level (a default for every job) gives way
+#: and the run takes the other (plan.explicit): ``min_hold`` under ``--slots``, and ``output`` under
+#: ``--keep-detached``. A top-level ``grace`` applies to the jobs that declare a cadence, and a
+#: top-level ``output_tail = false`` to the jobs that do not ask for a tail.
 CONFLICTS = (
     _Conflict(lambda plan: plan[o.SLOTS] > 1 and (plan[o.REPLACE] or plan.explicit(o.MIN_HOLD) is not None),
-              "--slots cannot be combined with --replace or --min-hold (yet)"),
+              "--slots cannot be combined with --replace or --min-hold (yet)", (o.SLOTS, o.REPLACE, o.MIN_HOLD)),
     # A --once key is checked as a holder starts and marked done as it ends: N holders at once
     # would all find the period's work not done yet, and all do it.
     _Conflict(lambda plan: plan[o.SLOTS] > 1 and (plan[o.ONCE] is not None or plan[o.ONCE_PER] is not None),
               "--slots {slots} cannot be combined with --once or --once-per: {slots} holders could"
-              " run the same key's work at the same time"),
+              " run the same key's work at the same time", (o.SLOTS, o.ONCE, o.ONCE_PER)),
     _Conflict(lambda plan: plan[o.SLOTS] > 1 and plan[o.ONCE_EVERY] is not None,
               "--slots {slots} cannot be combined with --once-every: {slots} holders could all find"
-              " the last success old enough, and all run"),
-    _Conflict(lambda plan: plan.explicit(o.OUTPUT_TAIL) is False and plan.explicit(o.CAPTURE_TAIL) is not None,
+              " the last success old enough, and all run", (o.SLOTS, o.ONCE_EVERY)),
+    _Conflict(lambda plan: plan.explicit(o.OUTPUT_TAIL) is False and plan[o.CAPTURE_TAIL] is not None,
               "--no-tail and --capture-tail cannot be combined: --capture-tail asks to keep output,"
-              " --no-tail to keep none; pick one"),
-    _Conflict(lambda plan: plan.explicit(o.EVERY) is not None and plan.explicit(o.SCHEDULE) is not None,
-              "--every and --schedule cannot be combined: declare one cadence"),
+              " --no-tail to keep none; pick one", (o.OUTPUT_TAIL, o.CAPTURE_TAIL)),
+    _Conflict(lambda plan: plan[o.EVERY] is not None and plan[o.SCHEDULE] is not None,
+              "--every and --schedule cannot be combined: declare one cadence", (o.EVERY, o.SCHEDULE)),
     _Conflict(lambda plan: plan.explicit(o.GRACE) is not None and plan[o.EVERY] is None and plan[o.SCHEDULE] is None,
-              "--grace widens a declared cadence: give --every or --schedule with it"),
+              "--grace widens a declared cadence: give --every or --schedule with it", (o.GRACE,)),
     # Held output goes through lockrun's pump, which ends with lockrun: the daemon left running
     # would die of SIGPIPE at its next write (docs/operating.md "Output").
     _Conflict(lambda plan: plan[o.KEEP_DETACHED] and plan.explicit(o.OUTPUT) == "on-failure",
               "--keep-detached and --output on-failure cannot be combined: what the command leaves"
-              " running would write into lockrun's pump, which ends with lockrun; pick one"),
-    _Conflict(lambda plan: plan.explicit(o.ONCE) is not None and plan.explicit(o.ONCE_PER) is not None,
+              " running would write into lockrun's pump, which ends with lockrun; pick one",
+              (o.KEEP_DETACHED, o.OUTPUT)),
+    _Conflict(lambda plan: plan[o.ONCE] is not None and plan[o.ONCE_PER] is not None,
               "--once and --once-per cannot be combined: --once-per is --once with the period's"
-              " start as the key; pick one"),
+              " start as the key; pick one", (o.ONCE, o.ONCE_PER)),
 )
 
 
 def check_combinations(plan: Plan) -> None:
-    """UsageError (exit 2) for options that cannot go together (:data:`CONFLICTS`)."""
+    """For options that cannot go together (:data:`CONFLICTS`): UsageError (exit 2) when they
+    were all given for this run, ConfigError (78) naming the file when the file set one of them."""
     for conflict in CONFLICTS:
         if conflict.breaks(plan):
-            raise UsageError(conflict.message.format(slots=plan[o.SLOTS]))
+            message = conflict.message.format(slots=plan[o.SLOTS])
+            in_the_file = [option for option in conflict.options if plan.from_the_file(option)]
+            if in_the_file:
+                raise ConfigError(f"config file {plan.source(in_the_file[0])}: {message}"
+                                  f" ({', '.join(plan.named_source(option) for option in in_the_file)})")
+            raise UsageError(message)
+
+
+class Checked(NamedTuple):
+    """What a plan comes to once checked, before a backend is opened."""
+
+    replicas: int | str
+    metrics_file: Path | None
+    once_zone: Zone | None
+    once_key: str | None
+    cadence: str | None
+    masking: Masking
+
+
+def check_plan(plan: Plan, settings: Settings) -> Checked:
+    """Every check a run makes before it opens a backend, in one place (``lockrun config`` makes
+    them too, so that what it shows is what a run would take): the combinations, the replicas,
+    --once-every, the metrics file, the --once key, the cadence and the masking rules."""
+    check_combinations(plan)
+    replicas = replicas_for(plan, settings)
+    check_once_every(plan, settings)
+    metrics_file = metrics_file_for(plan)
+    zone, once_key = once_key_for(plan)
+    return Checked(replicas, metrics_file, zone, once_key, declared_cadence(plan), masking_for(plan))
 
 
 def plan_run(plan: Plan, argv: list[str], report: Report) -> Run:
@@ -74,16 +107,13 @@ def plan_run(plan: Plan, argv: list[str], report: Report) -> Run:
     from lockrun.backends.connect import call_timeout_for, open_backend
     from lockrun.run.runner import Run
 
-    check_combinations(plan)
     settings = Settings(plan)
+    checked = check_plan(plan, settings)
+    replicas, metrics_file = checked.replicas, checked.metrics_file
     name = plan.name or values.default_name(argv)
-    replicas = replicas_for(plan, settings)
-    check_once_every(plan, settings)
-    metrics_file = metrics_file_for(plan)
-    zone, once_key = once_key_for(plan)
-    job = Job(argv, name, once_key=once_key, once_zone=zone, cadence=declared_cadence(plan),
+    job = Job(argv, name, once_key=checked.once_key, once_zone=checked.once_zone, cadence=checked.cadence,
               failure_tail=failure_tail_for(plan), output_on_failure=output_on_failure(plan),
-              masking=masking_for(plan), wait=wait_for(plan), min_hold=min_hold_for(plan),
+              masking=checked.masking, wait=wait_for(plan), min_hold=min_hold_for(plan),
               call_timeout=call_timeout_for(settings.ttl, settings.socket_timeout))
     allow_eviction = plan[o.ALLOW_EVICTION]
     return Run(
@@ -127,7 +157,12 @@ def once_key_for(plan: Plan) -> tuple[Zone | None, str | None]:
     if once_per is not None:
         return zone, once_key_for_period(once_per, zone=zone)
     assert once is not None
-    return zone, expand_once_key(once, zone)
+    try:
+        return zone, expand_once_key(once, zone)
+    except UsageError as exc:  # a template the file gave: the file is what to fix
+        if plan.from_the_file(o.ONCE):
+            raise ConfigError(f"config file {plan.source(o.ONCE)}: {exc}") from None
+        raise
 
 
 def _time_derived(once: str | None, once_per: str | None) -> bool:

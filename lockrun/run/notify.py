@@ -132,6 +132,8 @@ class Sending:
         def run() -> None:
             try:
                 self.failure = send()
+            except Exception as exc:  # noqa: BLE001 - said in one line: a traceback would print the URL's secrets
+                self.failure = f"{endpoint}: {what + ' ' if what else ''}not sent ({type(exc).__name__})"
             finally:
                 self._done.set()
 

@@ -13,12 +13,14 @@ class Setting(NamedTuple):
     key: str
     value: Any  # as JSON gives it: a number of seconds, a string, a list, true/false or null
     source: str  # flag, env LOCKRUN_TTL, FILE [job.NAME], FILE or default
+    unset_means: str | None = None  # an unset default's meaning, as --help says it ("0 (give up at once)")
 
 
 def settings_of(plan: Plan) -> list[Setting]:
     """Each setting of the plan but the name (the command's argument), in the table's order; a
     Redis URL without its password (README "Exit codes": passwords never appear in output)."""
-    return [Setting(option.key, _shown(option.key, value), source)
+    return [Setting(option.key, _shown(option.key, value), source,
+                    option.shown_default if value is None and option.shown_default else None)
             for option, value, source in plan.settings() if option is not NAME]
 
 
