@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import Hosts, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
+from tests.conftest import Hosts, assert_one_line, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
 
 
 def _client(port: int) -> redis.Redis:
@@ -105,6 +105,12 @@ def test_unknown_master_and_bad_urls(local_env, sentinels):
     started = time.monotonic()
     result = run_lockrun(env, "-n", "x", "--", "true")
     assert result.returncode == 69 and result.stderr.count("\n") == 1 and time.monotonic() - started < 15
+    assert "no Sentinel of the URL named the master 'nosuchmaster'" in result.stderr, result.stderr
+    # Sentinels that cannot be reached: what each said, not redis-py's repr of each client (2,800 characters).
+    dead = "redis+sentinel://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4/mymaster/0"
+    result = run_lockrun({**local_env, "LOCKRUN_REDIS_URL": dead}, "-n", "x", "--", "true")
+    assert_one_line(result, 69, "127.0.0.1:4: Connection refused")
+    assert len(result.stderr) < 400 and "<redis" not in result.stderr, result.stderr
     for url in ("redis+sentinel://127.0.0.1:1/", "redis+sentinel://127.0.0.1:1/m/x"):
         result = run_lockrun({**local_env, "LOCKRUN_REDIS_URL": url}, "-n", "x", "--", "true")
         assert result.returncode == 2 and "sentinel" in result.stderr

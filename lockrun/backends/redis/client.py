@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
@@ -22,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import ConnectionPool, parse_url
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from lockrun.backends.redis.keys import lock_keys, name_in_key
 from lockrun.backends.redis.replies import int_or_none, text
@@ -266,6 +267,8 @@ class RedisConnection:
 
     def unavailable(self, exc: Exception, key: str | None = None) -> BackendUnavailable:
         reason = str(exc) or type(exc).__name__
+        if isinstance(exc, MasterNotFoundError):
+            reason = _no_master(reason)
         if self._password:
             reason = reason.replace(self._password, "***")
         if ("unauthenticated" in reason or "NOAUTH" in reason or "Authentication required" in reason
@@ -286,7 +289,7 @@ class RedisConnection:
         if "WRONGTYPE" in reason or "not an integer" in reason:
             name = (name_in_key(self.prefix, key) or "NAME") if key else None
             return self._foreign_data(name, reason.split(" script: ")[0])
-        return BackendUnavailable(f"Redis at {self.redacted} is unavailable: {reason}")
+        return BackendUnavailable(f"Redis at {self.redacted} is unavailable: {_short(reason)}")
 
     def _foreign_data(self, name: str | None, reason: str) -> ForeignData:
         """A script failed on a key lockrun did not write: say which key, and how to get rid of it."""
@@ -331,3 +334,21 @@ class RedisConnection:
                 client.connection_pool.disconnect()
         except REDIS_ERRORS:
             pass
+
+
+#: How much of a client's own words a message keeps: one line a person reads, not a client's repr.
+MAX_REASON = 300
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 1] + "…"
+
+
+def _no_master(reason: str) -> str:
+    """redis-py's "No master found for 'm' : <repr of each Sentinel's client> - network:…" (2,800
+    characters for four Sentinels) as what each Sentinel said: "no Sentinel named the master 'm'
+    (127.0.0.1:26379: Connection refused; …)"."""
+    service = re.search(r"No master found for ('[^']*')", reason)
+    said = re.findall(r"connecting to (\S+?)\.? ([^.,]+)", reason)
+    found = f"no Sentinel of the URL named the master {service.group(1) if service else ''}".rstrip()
+    return found + (f" ({'; '.join(f'{where}: {why}' for where, why in said)})" if said else "")
