@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import Hosts, assert_one_line, free_port, run_lockrun, spawn_lockrun, stop_servers, tcp_reply, wait_until
+from tests.conftest import (
+    Hosts,
+    assert_one_line,
+    free_port,
+    run_lockrun,
+    spawn_lockrun,
+    stop_servers,
+    tcp_reply,
+    wait_until,
+)
 
 
 def _client(port: int) -> redis.Redis:

@@ -204,11 +204,13 @@ def _value(option: Option[Any], value: object) -> Any:
     file_types = option.parse.file_types
     try:
         if file_types is not None and (isinstance(value, bool) or not isinstance(value, file_types)):
-            raise UsageError(f"invalid {option.key} {quoted(value)}")
+            raise UsageError(f"invalid {option.key} {option.parse.shown(value)}")
         return option.parse(value, option.key)
     except UsageError as exc:
         reason = str(exc)
-        if reason.startswith(f"invalid {option.key} "):  # the parser's usual line: said as a config file says it
+        # The parser's usual line, said as a config file says it; a value that may hold a secret
+        # keeps its parser's line, which shows it hidden (and says what is wrong with it).
+        if reason.startswith(f"invalid {option.key} ") and option.parse.hides is None:
             reason = f"{option.key} must be {option.expected}, not {quoted(value)}"
         raise UsageError(reason) from None
     except (OverflowError, ValueError):  # a parser not written for an integer of 400 digits

@@ -35,7 +35,7 @@ from lockrun.config.parsers import (
     whole,
 )
 from lockrun.core import defaults
-from lockrun.core.redis_url import validate_redis_url
+from lockrun.core.redis_url import redact_url, validate_redis_url
 
 T = TypeVar("T")
 
@@ -213,7 +213,7 @@ NOTIFY_FORMAT = Option(
     "slack: a {\"text\": ...} body for Slack-compatible incoming webhooks.", flags=("--notify-format",),
     choices=("json", "slack"))
 PING: Option[str | None] = Option(
-    "ping", from_text(values.validate_http_url, "an http:// or https:// URL"), None,
+    "ping", from_text(values.validate_http_url, "an http:// or https:// URL", hides=values.redact_endpoint), None,
     "healthchecks.io-style pings: URL/start, then URL (success), URL/EXIT_CODE or URL/fail.", flags=("--ping",),
     metavar="URL")
 PING_ON_BUSY = Option(
@@ -279,7 +279,7 @@ CONFIG: Option[str | None] = Option(
     "config", text("a path"), None, "TOML config file.", flags=("--config",), env="LOCKRUN_CONFIG",
     metavar="PATH", scope=GLOBAL, shown_default="/etc/lockrun.toml, then ~/.config/lockrun/config.toml")
 REDIS_URL: Option[str | None] = Option(
-    "redis_url", from_text(lambda value, what: validate_redis_url(value), "a Redis URL"), None,
+    "redis_url", from_text(lambda value, what: validate_redis_url(value), "a Redis URL", hides=redact_url), None,
     "redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/ or redis+sentinel://h1:26379,h2:26379/mymaster"
     " URL of the shared lock server.", flags=("--redis-url",), env="LOCKRUN_REDIS_URL", metavar="URL",
     scope=GLOBAL, shown_default="none: the local backend")

@@ -20,22 +20,39 @@ class Parse(Generic[T_co]):
     """A row's parser: ``parse(value, what)`` -> the value, or UsageError naming ``what``; with
     the text that says what a value must be (a config file's error line, the reference)."""
 
-    __slots__ = ("_parse", "expected", "file_types")
+    __slots__ = ("_parse", "expected", "file_types", "hides")
 
     def __init__(self, parse: Callable[[object, str], T_co], expected: str,
-                 file_types: tuple[type, ...] | None = None) -> None:
+                 file_types: tuple[type, ...] | None = None, hides: Callable[[str], str] | None = None) -> None:
         self._parse = parse
         self.expected = expected
         # The TOML types a config file may give it (None: those parse takes): a whole number is
         # an integer there, never the string a flag gives.
         self.file_types = file_types
+        # A value that may hold a secret (a URL's password, a ping URL's UUID) as a person may see
+        # it: in an error line, and in `lockrun config`.
+        self.hides = hides
 
     def __call__(self, value: object, what: str) -> T_co:
         return self._parse(value, what)
 
+    def shown(self, value: object) -> str:
+        """``value`` quoted for an error line, its secrets hidden."""
+        return _shown(value, self.hides)
 
-def _refuse(what: str, value: object, expected: str) -> UsageError:
-    return UsageError(f"invalid {what} {quoted(value)}: expected {expected}")
+
+def _shown(value: object, hides: Callable[[str], str] | None) -> str:
+    if hides is None:
+        return quoted(value)
+    if isinstance(value, str):
+        return quoted(hides(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_shown(item, hides) for item in value) + "]"
+    return quoted(value)
+
+
+def _refuse(what: str, value: object, expected: str, hides: Callable[[str], str] | None = None) -> UsageError:
+    return UsageError(f"invalid {what} {_shown(value, hides)}: expected {expected}")
 
 
 def seconds(minimum: float = 0.0, allow_zero: bool = False, maximum: float = defaults.MAX_SECONDS) -> Parse[float]:
@@ -93,17 +110,18 @@ def choice(*allowed: str) -> Parse[str]:
     return Parse(parse, expected)
 
 
-def from_text(parse_text: Callable[[str, str], T], expected: str, numbers: bool = False) -> Parse[T]:
+def from_text(parse_text: Callable[[str, str], T], expected: str, numbers: bool = False,
+              hides: Callable[[str], str] | None = None) -> Parse[T]:
     """One of config/values' parsers of text; a TOML integer is its digits where ``numbers``."""
 
     def parse(value: object, what: str) -> T:
         if numbers and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, str):
-            raise _refuse(what, value, expected)
+            raise _refuse(what, value, expected, hides)
         return parse_text(value, what)
 
-    return Parse(parse, expected)
+    return Parse(parse, expected, hides=hides)
 
 
 def _urls(value: object, what: str) -> tuple[str, ...]:
@@ -111,11 +129,11 @@ def _urls(value: object, what: str) -> tuple[str, ...]:
     given = list(value) if isinstance(value, (list, tuple)) else [value]
     strings = [url for url in given if isinstance(url, str)]
     if not given or len(strings) != len(given):
-        raise _refuse(what, value, URLS.expected)
+        raise _refuse(what, value, URLS.expected, values.redact_endpoint)
     return tuple(values.validate_http_url(url, what) for url in strings)
 
 
-URLS = Parse(_urls, "a list of http:// or https:// URLs")
+URLS = Parse(_urls, "a list of http:// or https:// URLs", hides=values.redact_endpoint)
 
 
 def _success_codes(value: object, what: str) -> tuple[int, ...]:

@@ -42,7 +42,7 @@ MASK = "***"
 #: a secret; ``pwd`` only after another word (``MYSQL_PWD``, not the shell's ``PWD``).
 SECRET_WORDS = frozenset({
     "password", "passwd", "passphrase", "pass", "secret", "secrets", "token", "apikey", "auth",
-    "authorization", "cookie", "credential", "credentials",
+    "authorization", "cookie", "credential", "credentials", "bearer",
 })
 #: ... or the end of a name written as one word (``PGPASSWORD``, ``authtoken``, ``clientsecret``).
 SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey")
@@ -67,7 +67,8 @@ CLIENT_OPTIONS: dict[str, dict[str, str]] = {
                      "mongostat", "mongotop", "mongofiles"), _MONGO),
     **dict.fromkeys(("redis-cli", "valkey-cli", "keydb-cli"), {"-a": "value"}),
     "sshpass": {"-p": "value"},
-    "curl": {"-u": ":", "--user": ":", "-U": ":", "--proxy-user": ":"},
+    "curl": {"-u": ":", "--user": ":", "-U": ":", "--proxy-user": ":", "-b": "value"},
+    "docker": {"-p": "value"},  # docker login -p (also hides docker run -p's ports: hiding errs that way)
     **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget"), {"-U": "%", "--user": "%"}),
     "lftp": {"-u": ","},
     **dict.fromkeys(("sqlcmd", "bcp", "mosquitto_pub", "mosquitto_sub"), {"-P": "value"}),
@@ -76,6 +77,15 @@ CLIENT_OPTIONS: dict[str, dict[str, str]] = {
     "openssl": {"-passin": "value", "-passout": "value", "-k": "value"},
     **dict.fromkeys(("zip", "unzip"), {"-P": "value"}),
     **dict.fromkeys(("7z", "7za", "7zr"), {"-p": "attached"}),
+}
+
+#: Per client, its one-letter options that take no value, so that a cluster of them may end in a
+#: secret one: ``curl -fsSu user:pw``, ``mysql -vpPW``. A letter not listed ends the reading
+#: (``mysql -uphil``: the user name, not -p and a password).
+CLIENT_FLAG_LETTERS: dict[str, str] = {
+    "curl": "0123456#aBfGgIiJjkLlMNnOpqRSsVvZ",
+    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mariadb", "mariadb-dump", "mariadb-admin"),
+                    "BCEfGHiNnqrstVvWX"),
 }
 
 #: Header-style schemes kept in front of a masked credential (``Authorization: Bearer ***``).
@@ -98,8 +108,8 @@ BUILT_IN = Masking()
 # most of them, needs none, and a run does not pay for compiling them at start-up.
 # A URL's scheme and "://" (its authority follows, up to / ? # or a space).
 _URL = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://"
-# NAME= (an option's --NAME= too), not inside a longer word.
-_ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)="
+# NAME= (an option's --NAME= too; a DSN's password = x too), not inside a longer word.
+_ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*"
 # Name: value, as a header is written (not scheme://); also attached to curl's -H (-HAuthorization: …).
 _HEADER = r"(?:(?<=^-H)|(?<=[\s'\"]-H)|(?<![A-Za-z0-9_.\-]))([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(?!//)[ \t]*"
 # "key": "value" in JSON.
@@ -110,7 +120,6 @@ _JSON_PAIR = r'"([^"\\]{1,100})"\s*:\s*"((?:[^"\\]|\\.)*)"'
 _WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[<>]&|[^\s'";|&()`])+|[;|&()`]+"""
 _OPERATOR_CHARACTERS = frozenset(";|&()`")
 # Where an unquoted value inside a longer text ends.
-_VALUE_END = r"[\s'\"&;`]"
 _QUERY_VALUE_END = r"[\s'\"&#]"
 _DSN_VALUE_END = r"[\s'\";]"
 _QUOTES = "'\""
@@ -123,7 +132,12 @@ def _script_flag(arg: str) -> bool:
 
 
 def normal_name(name: str) -> str:
-    return name.lstrip("-").lower().replace("-", "_").replace(".", "_")
+    """``db_cred`` for ``--db-cred``, ``DB.CRED`` or ``dbCred``: words by ``_``, ``-``, ``.`` or a
+    capital after a small letter (``AccountKey``: ``account_key``, as Azure spells its secrets)."""
+    return _CAMEL.sub("_", name.lstrip("-")).lower().replace("-", "_").replace(".", "_")
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def is_secret_name(name: str, masking: Masking = BUILT_IN) -> bool:
@@ -144,6 +158,8 @@ def _ends_in_a_secret(words: list[str]) -> bool:
         return True
     if last == "pwd":
         return len(words) > 1
+    if "secret" in words[:-1] and "key" in words[words.index("secret"):]:  # SECRET_KEY_BASE (Rails)
+        return True
     return last == "key" and any(word in KEY_QUALIFIERS for word in words[:-1])
 
 
@@ -222,18 +238,27 @@ def _value_end(text: str, start: int, after: str) -> int:
     if start < len(text) and text[start] in _QUOTES:
         close = text.find(text[start], start + 1)
         return len(text) if close < 0 else close + 1
-    ends = _QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END if after == ";" else _VALUE_END
-    return _found_or_end(ends, text, start)
+    if after and after in "?&;":
+        return _found_or_end(_QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END, text, start)
+    # A word of a script, its quoted parts and all: TOKEN=$'a b', TOKEN=a'b c'd.
+    word = re.compile(_WORD).match(text, start)
+    return word.end() if word is not None and text[start] not in _OPERATOR_CHARACTERS else start
 
 
 def _assignment_spans(text: str, masking: Masking, after_script_flag: bool) -> Iterable[tuple[int, int]]:
     for match in re.finditer(_ASSIGNMENT, text):
         name = match.group(1)
-        if not is_secret_name(name, masking) and name not in masking.options:
+        if not (is_secret_name(name, masking) or name in masking.options or _private_key_variable(name)):
             continue
         start, end = match.end(), _assigned_value_end(text, match, after_script_flag)
         if end > start:
             yield start, end
+
+
+def _private_key_variable(name: str) -> bool:
+    """``PRIVATE_KEY=…``, ``SSH_PRIVATE_KEY=…``: a variable holds the key itself (``--private-key``
+    names a file, and is left alone)."""
+    return not name.startswith("-") and normal_name(name).endswith("private_key")
 
 
 def _assigned_value_end(text: str, match: re.Match[str], after_script_flag: bool) -> int:
@@ -357,6 +382,11 @@ def _name_client(client: dict[str, frozenset[str]], program: str) -> None:
     redis-cli … 7z); where two read one option differently, both readings hide."""
     for option, how in CLIENT_OPTIONS[program].items():
         client[option] = client.get(option, frozenset()) | {how}
+    client[_FLAG_LETTERS] = client.get(_FLAG_LETTERS, frozenset()) | set(CLIENT_FLAG_LETTERS.get(program, ""))
+
+
+#: The key of ``client`` that holds the one-letter options that take no value (never an option: no dash).
+_FLAG_LETTERS = "flag letters"
 
 
 _VALUE = frozenset({"value"})
@@ -377,13 +407,31 @@ def _option_value(
     text = word.text(args)
     if len(text) < 2 or text[0] != "-":
         return None
-    hows = _hows(text[:2], client, masking)
-    if hows and text[1] != "-" and len(text) > 2:  # -pSECRET, -p=SECRET
-        return word._replace(start=word.start + 2 + (text[2] == "=")), hows
+    at = _secret_letter(text, client, masking)
+    hows = _hows(f"-{text[at]}", client, masking) if at else _NO_HOW
+    if hows and at + 1 < len(text):  # -pSECRET, -p=SECRET, -fsSuUSER:PW
+        return word._replace(start=word.start + at + 1 + (text[at + 1] == "=")), hows
+    if hows and at > 1:  # -fsSu USER:PW
+        following = _following(args, words, n, word)
+        return None if following is None or hows == {"attached"} else (following, hows - {"attached"})
     name, equals, _ = text.partition("=")
     if equals:  # --name=SECRET
         return word._replace(start=word.start + len(name) + 1), _hows(name, client, masking) - {"attached"}
     return _separate_value(args, words, n, client, masking)
+
+
+def _secret_letter(text: str, client: dict[str, frozenset[str]], masking: Masking) -> int:
+    """Where, in a word of one-letter options (``-p…``, ``-fsSu…``), the one whose value hides a
+    secret is: after none or only letters that take no value; 0: none."""
+    if text[1] == "-":
+        return 0
+    flags = client.get(_FLAG_LETTERS, _NO_HOW)
+    for at in range(1, len(text)):
+        if _hows(f"-{text[at]}", client, masking):
+            return at
+        if text[at] not in flags:
+            return 0
+    return 0
 
 
 def _separate_value(

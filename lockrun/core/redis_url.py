@@ -22,6 +22,10 @@ SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
 def validate_redis_url(url: str, error: type[UsageError] | type[ConfigError] = UsageError) -> str:
     """Check the scheme and shape of a Redis URL; the message never shows a password."""
+    rest = url.partition("://")[2]
+    if "@" in rest and "@" not in _authority(rest):  # redis://:pa#ss@host: urlsplit would read host "" port "pa"
+        raise error(f"invalid Redis URL {quoted(redact_url(url))}: an @ after a /, ? or # (a password with one"
+                    " of them raw?): percent-encode them in the password (/ %2F, ? %3F, # %23, @ %40)")
     if url.split("://", 1)[0] in CLUSTER_SCHEMES + SENTINEL_SCHEMES:  # several host:port pairs
         try:
             parse_cluster_url(url)
@@ -202,6 +206,13 @@ def url_without_credentials(url: str) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with any password (userinfo, ``?password=``, ``?ssl_password=``) replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest and ":" in rest.rpartition("@")[0] and "@" not in _authority(rest):
+        # A raw / ? or # in the password (redis://u:pa#ss@h/0): urlsplit would end the authority
+        # inside it and show the rest. Everything up to the last @ is the userinfo then (a query
+        # value with an @ is hidden with it: hiding too much beats showing a password).
+        userinfo, _, after = rest.rpartition("@")
+        return f"{scheme}://{userinfo.partition(':')[0]}:***@{redact_url(f'{scheme}://{after}')[len(scheme) + 3:]}"
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -212,6 +223,12 @@ def redact_url(url: str) -> str:
         (parts.scheme, netloc, parts.path, "", "")
     )
     return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def _authority(rest: str) -> str:
+    """What urlsplit takes for the authority of ``rest`` (after ``scheme://``): up to / ? or #."""
+    ends = [i for i in (rest.find(c) for c in "/?#") if i >= 0]
+    return rest[:min(ends, default=len(rest))]
 
 
 def _netloc_redacted(netloc: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from lockrun.config.options import NAME, REDIS_URL
+from lockrun.config.options import NAME, Option
 from lockrun.config.resolve import Plan
 
 
@@ -18,17 +18,18 @@ class Setting(NamedTuple):
 
 def settings_of(plan: Plan) -> list[Setting]:
     """Each setting of the plan but the name (the command's argument), in the table's order; a
-    Redis URL without its password (README "Exit codes": passwords never appear in output)."""
-    return [Setting(option.key, _shown(option.key, value), source,
+    value that may hold a secret shown as its row hides it (docs/guarantees.md "Secrets")."""
+    return [Setting(option.key, _shown(option, value), source,
                     option.shown_default if value is None and option.shown_default else None)
             for option, value, source in plan.settings() if option is not NAME]
 
 
-def _shown(key: str, value: Any) -> Any:
-    if key == REDIS_URL.key and value:
-        from lockrun.core.redis_url import redact_url
-
-        return redact_url(value)
+def _shown(option: Option[Any], value: Any) -> Any:
+    hides = option.parse.hides  # a Redis URL without its password, a ping or webhook URL as scheme://host/…
+    if hides is not None and isinstance(value, str):
+        return hides(value)
+    if hides is not None and isinstance(value, tuple):
+        return [hides(item) for item in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)  # 420, not 420.0: seconds as a person writes them
     if isinstance(value, tuple):

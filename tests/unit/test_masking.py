@@ -77,6 +77,21 @@ from lockrun.core.masking_rules import MAX_REDACT_ENTRIES, parse_masking
     (["sh", "-c", "echo $(mysql -pS2 db) `redis-cli -a S3 ping` (sshpass -p S4 ssh h)"],
      ["sh", "-c", "echo $(mysql -p*** db) `redis-cli -a *** ping` (sshpass -p *** ssh h)"]),
     (["sh", "-c", "mysql -pS5 db 2>&1; rsync -pa x y"], ["sh", "-c", "mysql -p*** db 2>&1; rsync -pa x y"]),
+    # one-letter options run together, as crontabs write them; a user name is not a password
+    (["curl", "-fsSu", "admin:pw", "-sSfuUSER:pw2"], ["curl", "-fsSu", "admin:***", "-sSfuUSER:***"]),
+    (["mysql", "-vpPW", "-uphil", "db"], ["mysql", "-vp***", "-uphil", "db"]),
+    (["mysql", "-vp", "db"], ["mysql", "-vp", "db"]),
+    (["docker", "login", "-u", "me", "-p", "PW"], ["docker", "login", "-u", "me", "-p", "***"]),
+    (["curl", "--oauth2-bearer", "T", "-b", "session=T"], ["curl", "--oauth2-bearer", "***", "-b", "***"]),
+    # names spelled otherwise: camelCase, Rails' and a key's own variable; a DSN with spaces
+    (["x", "Endpoint=h;AccountName=a;AccountKey=k1;Suffix=x"],
+     ["x", "Endpoint=h;AccountName=a;AccountKey=***;Suffix=x"]),
+    (["env", "SECRET_KEY_BASE=b", "SSH_PRIVATE_KEY=k", "job", "--private-key", "/k"],
+     ["env", "SECRET_KEY_BASE=***", "SSH_PRIVATE_KEY=***", "job", "--private-key", "/k"]),
+    (["psql", "host=db password = pw dbname=x"], ["psql", "host=db password = *** dbname=x"]),
+    # a script's value is a shell word, quoted parts and all
+    (["sh", "-c", "PGPASSWORD=$'pw x' psql; TOKEN=a'b c'd job"], ["sh", "-c", "PGPASSWORD=*** psql; TOKEN=*** job"]),
+    (["sh", "-c", "TOKEN=abc;rm x"], ["sh", "-c", "TOKEN=***;rm x"]),
     # curl's -H with its header attached
     (["curl", "-HAuthorization: Bearer abc"], ["curl", "-HAuthorization: Bearer ***"]),
     (["sh", "-c", "curl -H'X-Api-Key: k' https://x"], ["sh", "-c", "curl -H'X-Api-Key: ***' https://x"]),
