@@ -117,11 +117,22 @@ def test_out_of_range_config_values_are_config_errors(any_env, tmp_path, line, n
     ("redis://h:6379/0?ssl_cert_reqs=none", "rediss:// (TLS) URLs only"),
     ("redis://h:6379/0?frobnicate=1", "unknown query parameter 'frobnicate'"),
     ("unix:///tmp/redis.sock?socket_keepalive=true", "unknown query parameter 'socket_keepalive'"),
+    # values redis-py would read as something else, or fail on at the first connection (exit 125)
+    ("redis://h:6379/99999999999999999999", "the database number must be from 0 to 2147483647"),
+    ("redis://h:6379/0?socket_timeout=nan", "socket_timeout='nan': a number of seconds"),
+    ("redis://h:6379/0?retry_on_timeout=maybe", "retry_on_timeout='maybe': true or false"),
+    ("rediss://h:6379/0?ssl_cert_reqs=bogus", "ssl_cert_reqs='bogus': none, optional or required"),
+    ("rediss://h:6379/0?ssl_keyfile=/k&ssl_password=s3cret", "ssl_keyfile needs ssl_certfile"),
+    # a password with a raw # ? or /: urlsplit would end the host in it, and show the rest
+    ("redis://u:s3cr#et@h:6379/0", "percent-encode them in the password"),
+    ("redis://:12345#s3cret@h:6379/0", "percent-encode them in the password"),
 ])
 def test_redis_url_query_a_connection_cannot_take_is_a_usage_error(tmp_path, url, needle):
     env = isolated_env(tmp_path)
-    assert_one_line(run_lockrun(env, "--redis-url", url, "-n", "q", "--", "true"), 2, needle)
-    assert_one_line(run_lockrun(env, "status", "--redis-url", url), 2, needle)
+    for args in (("--redis-url", url, "-n", "q", "--", "true"), ("status", "--redis-url", url)):
+        result = run_lockrun(env, *args)
+        assert_one_line(result, 2, needle)
+        assert "s3cret" not in result.stderr
 
 
 def test_a_200_character_name_of_colons_works_on_the_local_backend(local_env, tmp_path):

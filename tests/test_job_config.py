@@ -118,6 +118,27 @@ def test_settings_that_cannot_go_together_are_refused_wherever_each_was_set(loca
     assert_one_line(run_lockrun(local_env, "-n", "b.c", "--once", "x %c", "--", "true"), 2, "invalid --once key")
 
 
+def test_only_the_settings_that_make_a_conflict_are_blamed(local_env, tmp_path):
+    # A top-level min_hold gives way under --slots, and replace = false asks for nothing: the
+    # conflict is the flags', exit 2.
+    for text, flags in (("min_hold = 5\n", ("--slots", "2", "--replace")), ("replace = false\n", ("--slots", "2",
+                                                                                                  "--min-hold", "5"))):
+        env = with_config(local_env, tmp_path, text)
+        assert_one_line(run_lockrun(env, "-n", "x", *flags, "--", "true"), 2, "--slots cannot be combined")
+    env = with_config(local_env, tmp_path, "slots = 2\n")
+    assert_one_line(run_lockrun(env, "-n", "x", "--min-hold", "5", "--", "true"), 78,
+                    f"(slots in {env['LOCKRUN_CONFIG']})")
+
+
+def test_a_file_toml_cannot_read_or_a_name_no_file_can_have_is_78(local_env, tmp_path):
+    env = with_config(local_env, tmp_path, "a = " + "{b = " * 500 + "1" + "}" * 500 + "\n")
+    assert_one_line(run_lockrun(env, "config", "x"), 78, "tables nested too deeply")
+    env = {**local_env, "LOCKRUN_CONFIG": "a" * 5000}
+    assert_one_line(run_lockrun(env, "-n", "x", "--", "true"), 78, "cannot be looked at")
+    env = with_config(local_env, tmp_path, "[job.sync.invoices]\nttl = 5\n")
+    assert_one_line(run_lockrun(env, "config", "sync.invoices"), 78, 'quoted, [job."sync.invoices"]')
+
+
 def test_a_jobs_table_is_named_as_toml_spells_it_and_its_redact_rules_add_to_the_top_levels(local_env, tmp_path):
     env = with_config(local_env, tmp_path, 'redact = ["--sig"]\n[job."sync.invoices"]\nredact = ["-k"]\nttl = 5\n')
     config = env["LOCKRUN_CONFIG"]

@@ -138,9 +138,14 @@ def _config_path(explicit: str | None) -> Path | None:
     """The file named (it must exist), else the first of the usual places that does; None: none."""
     if explicit:
         path = Path(explicit)
-        if not path.exists():
+        try:
+            exists, regular = path.exists(), path.is_file()
+        except OSError as exc:  # a name too long, a loop of links
+            raise ConfigError(f"config file {quoted(explicit)} cannot be looked at: {exc.strerror or exc}"
+                              " (named by --config or LOCKRUN_CONFIG)") from None
+        if not exists:
             raise ConfigError(f"config file {path} does not exist (named by --config or LOCKRUN_CONFIG)")
-        if not path.is_file():
+        if not regular:
             raise ConfigError(f"config file {path} is not a regular file (named by --config or LOCKRUN_CONFIG)")
         return path
     candidates = [p for p in default_config_paths() if p.is_file()]
@@ -156,7 +161,10 @@ def _read_toml(path: Path) -> tuple[str, dict[str, object]]:
     try:
         data = _toml_loads(text) if text.strip() else {}  # an empty file is valid, and parsing it costs an import
     except ValueError as exc:  # TOMLDecodeError subclasses ValueError; its text names line and column
-        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+        hint = " (a UTF-8 byte order mark at its start? save it without one)" if text.startswith("\ufeff") else ""
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}{hint}") from None
+    except RecursionError:  # tomllib reads nested tables by recursion: 500 levels are 3 KB
+        raise ConfigError(f"config file {path}: invalid TOML: tables nested too deeply") from None
     return text, data
 
 
@@ -183,7 +191,7 @@ def _checked(data: dict[str, object], allowed: frozenset[str], path: Path, lines
         option = BY_KEY.get(key)
         try:
             if option is None or key not in allowed:
-                raise UsageError(_unknown(key, job))
+                raise UsageError(_dotted(key, value, job) or _unknown(key, job))
             checked[key] = _value(option, value)
         except UsageError as exc:  # the line is looked for only now: a search per key made loading quadratic
             raise ConfigError(f"config file {_where(path, lines, key, job)}: {exc}") from None
@@ -197,6 +205,14 @@ def _unknown(key: str, job: str | None) -> str:
     if key in FILE_KEYS:
         return f"{quoted(key)} is not a run option: it belongs at the top level of the file, for every job"
     return f"unknown key {quoted(key)} in {job_table(job)} (run options: {', '.join(sorted(JOB_KEYS))})"
+
+
+def _dotted(key: str, value: object, job: str | None) -> str | None:
+    """[job.sync.invoices] is read as a table "invoices" inside [job.sync]: say how to write it."""
+    if job is None or not isinstance(value, dict):
+        return None
+    return (f"{quoted(key)} in {job_table(job)} is a table, not a run option: a job name with a dot is quoted,"
+            f" {job_table(f'{job}.{key}')}")
 
 
 def _value(option: Option[Any], value: object) -> Any:

@@ -49,6 +49,8 @@ def _shape_problem(parts: SplitResult) -> str | None:
     number = _non_ascii_number(parts.netloc.rpartition("@")[2], db_path, parts.query)
     if number is not None:  # Python 3.10's urlsplit reads a port of other digits (٦٣٧٩) as a number
         return f"{number} must be written in ASCII digits"
+    if db_path.strip("/") and int(db_path.strip("/")) > MAX_DB:
+        return f"the database number must be from 0 to {MAX_DB}"
     if parts.scheme not in REDIS_SCHEMES:
         return "the scheme must be redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://"
     if parts.scheme == "unix" and not parts.path:
@@ -57,14 +59,51 @@ def _shape_problem(parts: SplitResult) -> str | None:
 
 
 def _query_problem(parts: SplitResult) -> str | None:
-    """The first query parameter the URL's scheme does not take, as a message."""
+    """The first query parameter the URL's scheme does not take, or whose value is out of its
+    range, as a message."""
     allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
-    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    for key, value in pairs:
         if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
             return f"{key} applies to rediss:// (TLS) URLs only"
         if key not in allowed + TLS_QUERY_PARAMETERS:
             return f"unknown query parameter {quoted(key)} (known: {', '.join(allowed)}; with rediss://: ssl_*)"
+        problem = _value_problem(key, value)
+        if problem is not None:
+            return f"{key}={quoted(value) if not _is_secret(key) else '***'}: {problem}"
+    if any(key == "ssl_keyfile" for key, _ in pairs) and not any(key == "ssl_certfile" for key, _ in pairs):
+        return "ssl_keyfile needs ssl_certfile (the certificate the key belongs to)"
     return None
+
+
+#: The largest database number a Redis server can have (its ``databases`` is an int).
+MAX_DB = 2**31 - 1
+_BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "1", "0", "t", "f", "y", "n", "on", "off"})
+
+
+def _value_problem(key: str, value: str) -> str | None:
+    """What is wrong with a query parameter's value (redis-py would read a bad one as something
+    else: ``retry_on_timeout=maybe`` as true, ``socket_timeout=nan`` as no timeout); None if fine."""
+    if key == "db":
+        return None if _ascii_digits(value) and int(value) <= MAX_DB else f"a database number from 0 to {MAX_DB}"
+    if key in ("socket_timeout", "socket_connect_timeout", "health_check_interval"):
+        return None if _seconds(value) else "a number of seconds, 0 or more (lockrun bounds every call itself)"
+    if key in ("max_connections", "socket_read_size"):
+        return None if _ascii_digits(value) and 0 < int(value) <= 2**31 else "a whole number above 0"
+    if key == "protocol":
+        return None if value in ("2", "3") else "2 or 3 (RESP2 or RESP3)"
+    if key in ("retry_on_timeout", "socket_keepalive", "ssl_check_hostname"):
+        return None if value.lower() in _BOOLEAN_WORDS else "true or false"
+    if key == "ssl_cert_reqs":
+        return None if value.lower() in ("none", "optional", "required") else "none, optional or required"
+    return None
+
+
+def _seconds(text: str) -> bool:
+    try:
+        return 0 <= float(text) <= 365 * 86400 and text.strip() == text
+    except ValueError:
+        return False
 
 
 def _ascii_digits(text: str) -> bool:
@@ -136,8 +175,8 @@ def _sentinel_master(path: str) -> tuple[str, int]:
     service, _, db_text = path.strip("/").partition("/")
     if not service:
         raise ValueError("a redis+sentinel:// URL names the master: redis+sentinel://h1:26379,h2:26379/mymaster/0")
-    if db_text and not _ascii_digits(db_text):
-        raise ValueError(f"the database after the master's name is a number, not {quoted(db_text)}")
+    if db_text and (not _ascii_digits(db_text) or int(db_text) > MAX_DB):
+        raise ValueError(f"the database after the master's name is a number from 0 to {MAX_DB}, not {quoted(db_text)}")
     return service, int(db_text or 0)
 
 

@@ -71,7 +71,8 @@ def check_combinations(plan: Plan) -> None:
     for conflict in CONFLICTS:
         if conflict.breaks(plan):
             message = conflict.message.format(slots=plan[o.SLOTS])
-            in_the_file = [option for option in conflict.options if plan.from_the_file(option)]
+            in_the_file = [option for option in conflict.options
+                           if plan.from_the_file(option) and _takes_part(plan, option)]
             if in_the_file:
                 raise ConfigError(f"config file {plan.source(in_the_file[0])}: {message}"
                                   f" ({', '.join(plan.named_source(option) for option in in_the_file)})")
@@ -87,6 +88,17 @@ class Checked(NamedTuple):
     once_key: str | None
     cadence: str | None
     masking: Masking
+
+
+#: The settings whose top-level value gives way (see CONFLICTS): only their own value takes part.
+_GIVE_WAY = frozenset({o.MIN_HOLD.key, o.OUTPUT.key, o.GRACE.key, o.OUTPUT_TAIL.key})
+
+
+def _takes_part(plan: Plan, option: o.Option[Any]) -> bool:
+    """Whether ``option`` is one of the settings that make a conflict: set to other than its
+    default (``replace = false`` is not), and not a top-level default that gives way."""
+    value = plan.explicit(option) if option.key in _GIVE_WAY else plan[option]
+    return value is not None and value is not False and value != option.default
 
 
 def check_plan(plan: Plan, settings: Settings) -> Checked:

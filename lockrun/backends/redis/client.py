@@ -98,7 +98,7 @@ def _connection_pool(
         # A connection object is built lazily, at the first command; build one now (it does not
         # connect) so that a URL parameter the connection cannot take is a usage error here.
         pool.connection_class(**pool.connection_kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, redis.RedisError) as exc:
         raise ValueError(f"a query parameter does not fit this kind of connection ({exc})") from None
     return pool
 
