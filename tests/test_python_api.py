@@ -614,6 +614,43 @@ def test_asyncio_blocks_are_cancelled_into_leaselost(env, redis_server, tmp_path
     assert [row["status"] for row in history(env, "deco-async")] == ["succeeded"]
 
 
+CANCELLED_WAIT = """
+import asyncio, json, time, lockrun
+
+async def main():
+    async def hold(entered):
+        async with lockrun.lock_async("cw", ttl=30):
+            entered.set()
+            await asyncio.sleep(1)
+
+    entered = asyncio.Event()
+    holder = asyncio.create_task(hold(entered))
+    await entered.wait()
+    async def wait_for_it():
+        async with lockrun.lock_async("cw", wait=30):
+            print(json.dumps({"ran": True}))
+
+    try:
+        await asyncio.wait_for(wait_for_it(), 0.2)
+    except asyncio.TimeoutError:
+        pass
+    await holder
+
+asyncio.run(main())
+time.sleep(1.5)  # a wait still going on would take the lock now, and tell a closed loop
+"""
+
+
+def test_a_cancelled_wait_ends_and_takes_nothing(any_env, tmp_path):
+    # The wait is for another task of this process on the local backend, for the holder's key on
+    # Redis: either way, cancelling the task ends it, the row says busy, nothing is taken after.
+    result = python(any_env, script(tmp_path, CANCELLED_WAIT))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    rows = history(any_env, "cw")
+    assert sorted(row["status"] for row in rows) == ["busy", "succeeded"], rows
+    assert [row["fencing_token"] for row in rows if row["status"] == "busy"] == [None]
+
+
 # -- settings ---------------------------------------------------------------------------------------
 
 

@@ -98,11 +98,11 @@ def _in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T], what: str) 
 
     def work() -> None:
         try:
-            value = fn()
+            value, error = fn(), None
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            loop.call_soon_threadsafe(_settle, future, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, future, value, None)
+            value, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits it any more
+            loop.call_soon_threadsafe(_settle, future, value, error)
 
     threading.Thread(target=work, name=what, daemon=True).start()
     return future
@@ -142,7 +142,7 @@ class AsyncLockBlock:
         try:
             await _in_thread(loop, enter, f"lockrun-enter {self.spec.name}")
         except asyncio.CancelledError:
-            run.stop.set()  # a wait in progress ends at its next look (lease_client's interrupted)
+            run.cancel_wait()  # a wait in progress ends at its next look
             with guard:
                 state["abandoned"] = True
                 entered = state["entered"]

@@ -172,7 +172,8 @@ class BlockRun:
         assert self.hold_key is not None and self.journal is not None
         give_up_at = time.monotonic() + spec.wait
         self.journal.acquire_began()
-        why = HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at)
+        why = HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at,
+                         cancelled=self._cancelled)
         if why is not None:
             self.hold_key = None  # not ours to give back
             raise _held_in_this_process(spec.name, why, self.owner)
@@ -199,6 +200,12 @@ class BlockRun:
                     self.backend.release_token(spec.name, self.client.token)  # type: ignore[union-attr]
             raise
         return _the_lease(got, spec.name, resolved)
+
+    def cancel_wait(self) -> None:
+        """End a wait for the lock at its next look, whether for another block of this process or
+        for another holder (lock_async's task was cancelled)."""
+        self.stop.set()
+        HOLDS.wake()
 
     def _cancelled(self) -> bool:
         """Whether the wait should end now (lock_async's task was cancelled)."""

@@ -35,10 +35,12 @@ class Holds:
         # block of the name: that helper's descriptor may be closed only by it (backends/local/waiting.py).
         self.local_backends: dict[tuple[str, ...], Backend] = {}
 
-    def take(self, key: tuple[str, ...], owner: Owner, *, exclusive: bool, until: float) -> str | None:
+    def take(self, key: tuple[str, ...], owner: Owner, *, exclusive: bool, until: float,
+             cancelled: Callable[[], bool] = lambda: False) -> str | None:
         """Hold ``key`` for ``owner``; None when held, else why not: "self" (``owner`` holds it
         already: a block of the name inside another), "process" (``exclusive``: another owner of this
-        process holds it, and did not let go before ``until``, monotonic)."""
+        process holds it, and did not let go before ``until``, monotonic, or the wait was
+        ``cancelled``: see :meth:`wake`)."""
         with self.changed:
             while True:
                 owners = self.owners.setdefault(key, set())
@@ -48,9 +50,14 @@ class Holds:
                     owners.add(owner)
                     return None
                 left = until - time.monotonic()
-                if left <= 0:
+                if left <= 0 or cancelled():
                     return "process"
                 self.changed.wait(left)
+
+    def wake(self) -> None:
+        """Every wait in :meth:`take` looks again (a waiting task was cancelled)."""
+        with self.changed:
+            self.changed.notify_all()
 
     def give(self, key: tuple[str, ...], owner: Owner) -> None:
         with self.changed:
