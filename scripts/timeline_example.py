@@ -1,13 +1,13 @@
-"""Regenerate the README's `lockrun timeline` example and docs/timeline.png from a real ledger.
+"""Regenerate docs/operating.md's `lockrun timeline` example and docs/timeline.png from a real ledger.
 
-    python scripts/timeline_example.py            # writes docs/timeline.png and the README block
+    python scripts/timeline_example.py            # writes docs/timeline.png and the docs/operating.md block
     python scripts/timeline_example.py --print    # only prints the text chart
 
 A fresh ledger in a temporary state directory gets a day of a small crontab: the earlier hours
 are written through the ledger's own API (Ledger.start / Ledger.finish, as the tests do; a day
 cannot be waited for), the last minutes are real `lockrun` runs made here (a success, a
 failure, a busy skip, two --slots holders that overlap, one still running). Then the real
-`lockrun timeline` draws it: the text (no colour, 109 columns: 30 minutes a column) goes between the README's
+`lockrun timeline` draws it: the text (no colour, 109 columns: 30 minutes a column) goes between docs/operating.md's
 `timeline-example` markers, the SVG is turned into docs/timeline.png by rsvg-convert.
 Times are UTC so that the picture does not depend on where it was made.
 """
@@ -125,14 +125,14 @@ def main(argv: list[str]) -> int:
         png = ROOT / "docs" / "timeline.png"
         png.parent.mkdir(exist_ok=True)
         subprocess.run(["rsvg-convert", "--zoom", "1.5", "--output", str(png), str(svg)], check=True)
-    readme = ROOT / "README.md"
+    page = ROOT / "docs" / "operating.md"
     block = f"{MARKERS[0]}\n```\n$ lockrun timeline --since 24h --width 109\n{text}```\n{MARKERS[1]}"
-    content = readme.read_text()
+    content = page.read_text()
     pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
     if not pattern.search(content):
-        raise SystemExit(f"README.md lacks the markers {MARKERS}")
-    readme.write_text(pattern.sub(lambda _: block, content))
-    print(f"wrote {png.relative_to(ROOT)} and the README example")
+        raise SystemExit(f"docs/operating.md lacks the markers {MARKERS}")
+    page.write_text(pattern.sub(lambda _: block, content))
+    print(f"wrote {png.relative_to(ROOT)} and the example in docs/operating.md")
     return 0
 
 

@@ -24,7 +24,7 @@ TOP_LEVEL_ONLY = ("-h", "--help", "--version")
 
 
 #: Each command and the module of ``cli/`` that defines it, in the order ``--help``, the man page
-#: and the README list them: a run, its locks, then its records. A module is imported when one of
+#: and docs/reference.md ("Usage") list them: a run, its locks, then its records. A module is imported when one of
 #: its commands is asked for, so that a crontab line's run does not pay for ``status`` or ``timeline``.
 COMMAND_MODULES = {
     "run": "run", "status": "locks", "check": "check", "unlock": "locks", "pause": "pausing",

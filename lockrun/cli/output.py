@@ -25,7 +25,7 @@ def print_applied(lines: Iterable[str], applied: str) -> None:
     """Print the lines that say a change was made (``applied`` says it in the warning: "the pause
     holds all the same"). The change is made
     whether or not they can be written: stdout closed or full is a warning here, not exit 1, so
-    that ``lockrun pause … || alert`` never alerts on a pause that holds (README "Exit codes").
+    that ``lockrun pause … || alert`` never alerts on a pause that holds (docs/reference.md "Exit codes").
     A reader that went away early (``| head -1``) is no error at all."""
     import click
 

@@ -1,6 +1,6 @@
 """Every default and every limit, written once (docs/reference.md "Ranges"; rq's ``defaults.py`` is the model).
 
-Parsers (``config/values``), the config file's schema, ``--help`` and the README's tables quote
+Parsers (``config/values``), the config file's schema, ``--help`` and docs/reference.md's tables quote
 these; a default restated elsewhere is a bug waiting to happen.
 """
 
@@ -24,7 +24,7 @@ DEFAULT_FLEET_KEEP_RUNS = 300
 DEFAULT_FLEET_KEEP_DAYS = 30
 
 # --- ranges: every number lockrun accepts has one, checked when it is parsed (exit 2, or 78 in a
-# config file). The README's "Ranges" table and --help quote these constants. ------------------
+# config file). docs/reference.md's "Ranges" table and --help quote these constants. ------------------
 
 #: The longest lease, --wait, --timeout, --kill-after and --min-hold: 365 days. A lease
 #: travels as milliseconds to Redis (PX), as a time_t to the backstop timer and as a

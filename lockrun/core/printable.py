@@ -12,7 +12,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-#: How many characters of a user's value an error line quotes (docs/reference.md "Bad input"):
+#: How many characters of a user's value an error line quotes (docs/reference.md "Exit codes",
+#: "A value in an error line"):
 #: enough to recognise it; a 100 KB value is not echoed whole.
 QUOTED_CHARS = 60
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from lockrun.views.status import LockEntry
 
-#: A run as ``history --json`` prints it (README, "Ledger fields").
+#: A run as ``history --json`` prints it (docs/operating.md "The run ledger").
 
 STATE_STYLES = {"held": "green", "slow": "yellow", "retrying": "yellow", "zombie": "bold red", "malformed": "bold red",
                 "free": "dim", "unknown": "yellow"}

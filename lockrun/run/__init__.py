@@ -1,4 +1,4 @@
-"""One ``lockrun run``, start to finish (the README).
+"""One ``lockrun run``, start to finish (docs/internals.md "One run, step by step").
 
 ``command`` turns the run command's flags into a ``Run`` (``runner``), which sequences the
 ledger row (``journal``), the lease (``lease_client``, renewed by ``keeper``, watched by

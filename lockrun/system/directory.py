@@ -1,6 +1,6 @@
 """Facts about a directory lockrun keeps state in, for ``lockrun doctor`` (docs/operating.md
-"lockrun doctor"): who owns it, its mode, the file system it lives on, and whether someone else
-could replace it from above. Facts only: ``views/doctor_host.py`` judges them.
+"Checking the setup: lockrun doctor"): who owns it, its mode, the file system it lives on, and
+whether someone else could replace it from above. Facts only: ``views/doctor_host.py`` judges them.
 
 One ``stat`` of the directory, one walk up to ``/`` (safefs.check_ancestors, as every run makes
 it) and one read of ``/proc/self/mountinfo``; nothing is created or changed.

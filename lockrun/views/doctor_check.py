@@ -1,5 +1,5 @@
 """One finding of ``lockrun doctor`` and the words every judgement shares (docs/operating.md
-"lockrun doctor")."""
+"Checking the setup: lockrun doctor")."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from lockrun.views.doctor_check import FAIL, OK, WARN, Check, duration_text, sai
 
 #: How far this host's clock may be from the server's before doctor says so: lockrun's leases and
 #: heartbeats run on the server's clock, but --once-per periods, cron's start times, --min-hold's
-#: purpose and the ledger's times are this host's (docs/guarantees.md "clocks that disagree").
+#: purpose and the ledger's times are this host's (docs/redis.md "What lockrun needs of Redis",
+#: its clock row).
 CLOCK_TOLERANCE_S = 1.0
 #: noeviction with maxmemory: used memory from this share of it on, acquires may soon be refused.
 MEMORY_HIGH = 0.9

@@ -18,7 +18,8 @@ class Setting(NamedTuple):
 
 def settings_of(plan: Plan) -> list[Setting]:
     """Each setting of the plan but the name (the command's argument), in the table's order; a
-    value that may hold a secret shown as its row hides it (docs/guarantees.md "Secrets")."""
+    value that may hold a secret shown as its row hides it (docs/guarantees.md "What lockrun guarantees, and how",
+    "Secrets")."""
     return [Setting(option.key, _shown(option, value), source,
                     option.shown_default if value is None and option.shown_default else None)
             for option, value, source in plan.settings() if option is not NAME]

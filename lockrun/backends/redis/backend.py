@@ -108,8 +108,8 @@ class RedisBackend:
 
     @property
     def registry_key(self) -> str | None:
-        """The registry of names the scripts keep (README "Redis keys"); None on a Cluster, where
-        one key cannot live in every name's slot."""
+        """The registry of names the scripts keep (docs/redis.md "Redis keys"); None on a Cluster,
+        where one key cannot live in every name's slot."""
         return None if self.connection.is_cluster else registry_key(self.prefix)
 
     @functools.cached_property

@@ -3,7 +3,7 @@
 The URL decides the client: redis:// and rediss:// (TLS, with the configured CA), unix
 sockets, redis+sentinel:// (the master the Sentinels name) and redis+cluster:// (a Redis
 Cluster client that learns the slot map), each with an ACL user and a password from the
-URL or from a password file (README, "Redis URLs"). Whatever goes wrong on a call becomes
+URL or from a password file (docs/redis.md "Several hosts: Redis"). Whatever goes wrong on a call becomes
 one of lockrun's errors here, in one place: BackendUnavailable (exit 69, never a
 traceback, never the password), or ForeignData that names the key someone else wrote.
 """

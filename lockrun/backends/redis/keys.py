@@ -71,7 +71,7 @@ def lock_keys(prefix: str, name: str) -> LockKeys:
 
 
 def registry_key(prefix: str) -> str:
-    """The registry of names (README "Redis keys"): a sorted set of every name lockrun wrote,
+    """The registry of names (docs/redis.md "Redis keys"): a sorted set of every name lockrun wrote,
     scored by its last write (ms, server TIME). Not hash-tagged: a single server or Sentinel only."""
     return f"{prefix}names"
 

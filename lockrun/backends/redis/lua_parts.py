@@ -219,8 +219,8 @@ local function keep_zone_for(key, zone, keep_ms)
 end
 """
 
-# What the acquire scripts check before anything else (docs/guarantees.md, "Never twice, whatever lockrun
-# cannot see"), without a round trip of their own:
+# What the acquire scripts check before anything else (docs/guarantees.md "A Redis that evicts keys",
+# "One zone per name"), without a round trip of their own:
 #
 # eviction(): INFO memory, read by the script itself (scripts may call INFO; CONFIG is refused
 # to them, and hosted Redis often renames it). nil when the server keeps every key: maxmemory

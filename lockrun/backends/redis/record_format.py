@@ -1,4 +1,5 @@
-"""The compact fleet record's layout (README "One fleet, one memory", "what the fleet record costs").
+"""The compact fleet record's layout (docs/fleet.md "One fleet, one memory", "What the fleet record
+costs").
 
 One ``runs`` stream entry per finished run, with the same fields in the same order every time, so
 that Redis stores the field names once per stream node and only the values per run. Times are

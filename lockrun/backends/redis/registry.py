@@ -1,4 +1,5 @@
-"""The registry of names (README "Redis keys", "One fleet, one memory"): which names to read.
+"""The registry of names (docs/redis.md "Redis keys", docs/fleet.md "One fleet, one memory"): which
+names to read.
 
 The acquire and release scripts add their name to one sorted set, scored by the server's TIME
 of the write, and drop the names whose last write is older than ``fleet_keep_days`` (no round

@@ -1,4 +1,5 @@
-"""--replicas: a lease that counts only once enough replicas have it (README, "Replicas").
+"""--replicas: a lease that counts only once enough replicas have it (docs/redis.md
+"Leases that survive a failover: --replicas").
 
 Redis replicates asynchronously: a master that fails over right after granting a lock can
 hand it out again from a replica that never saw it. With ``--replicas N`` every acquire
