@@ -9,6 +9,7 @@ __dir__  # lockrun/__init__.py
 # click: command functions, registered by @cli.command and called by click when their name is typed.
 doctor  # lockrun/cli/doctor.py: lockrun doctor
 show  # lockrun/cli/records.py: lockrun show
+_.format_commands  # lockrun/cli/group.py: called by click as it writes `lockrun --help`
 
 # sqlite3: a Connection's row_factory and text_factory are read by sqlite3 for every row it returns.
 _.row_factory  # lockrun/ledger/store.py, lockrun/ledger/timeline.py

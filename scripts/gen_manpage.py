@@ -34,8 +34,10 @@ DESCRIPTION = [
     "If the lease cannot be kept (Redis down, paused or restarted, the lock cleared), the command's "
     "process group is sent SIGTERM and then SIGKILL so that it is dead before the lease it last "
     "renewed can expire, and lockrun exits 76. If lockrun itself dies, even by SIGKILL, the command's "
-    "whole process group is killed at once. Processes that leave the group (setsid, daemons) are "
-    "beyond its reach.",
+    "whole process group is killed at once. Processes that leave the group (setsid, double forks, "
+    "daemons) are stopped and reaped before the lock is released as well, unless --keep-detached; "
+    "if lockrun is SIGKILLed, they are killed only where it could give the command a cgroup of its "
+    "own (docs/guarantees.md, \"What the command starts\").",
     "The command sees LOCKRUN_NAME, LOCKRUN_RUN_ID and LOCKRUN_FENCING_TOKEN; the fencing token is an "
     "integer that strictly increases with every acquisition of the name, for systems that can reject a "
     "stale writer. With Redis it is max(the previous token + 1, the server's clock in microseconds), so it "

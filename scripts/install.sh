@@ -14,9 +14,12 @@
 #                                        installed shells are asked; a fish that does not look
 #                                        there gets it in its own completions directory, and
 #                                        for bash or zsh the one line to add is printed)
-#   $SYSCONFDIR/lockrun.toml             an example config, every key commented out; never
-#                                        overwritten (SYSCONFDIR: /etc, or $PREFIX/etc when
-#                                        PREFIX is under a home directory)
+#   /etc/lockrun.toml.example            an example config, every key commented out (a personal
+#                                        install: ~/.config/lockrun/config.toml.example); copy it
+#                                        to the file lockrun reads. Not the file itself: lockrun
+#                                        reads the first of /etc/lockrun.toml and
+#                                        ~/.config/lockrun/config.toml that exists, and an empty
+#                                        /etc/lockrun.toml would hide every user's own file
 # PYTHON picks the interpreter (default python3, 3.10 or newer). One that other users cannot
 # read (a pyenv under /root, say) is refused when PREFIX is shared: their crontabs could not run it.
 set -eu
@@ -26,8 +29,8 @@ PYTHON=${PYTHON:-python3}
 PREFIX=${PREFIX:-/usr/local}
 DESTDIR=${DESTDIR:-}
 case $PREFIX in
-    "$HOME"/*) SYSCONFDIR=${SYSCONFDIR:-$PREFIX/etc}; shared=no ;;
-    *) SYSCONFDIR=${SYSCONFDIR:-/etc}; shared=yes ;;
+    "$HOME"/*) shared=no; config_read=$HOME/.config/lockrun/config.toml ;;
+    *) shared=yes; config_read=/etc/lockrun.toml ;;  # where lockrun looks, whatever the PREFIX
 esac
 
 say() { printf 'install: %s\n' "$*" >&2; }
@@ -70,7 +73,7 @@ say "venv $stage"
 rm -rf "$stage"
 mkdir -p "$(dirname "$stage")"
 "$PYTHON" -m venv "$stage"
-"$stage/bin/python" -m pip install --quiet --disable-pip-version-check "$here"
+"$stage/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "$here"
 if [ -n "$DESTDIR" ]; then
     # Staged: the venv's scripts name the interpreter where it will be, not where it is built.
     for script in "$stage"/bin/*; do
@@ -79,8 +82,12 @@ if [ -n "$DESTDIR" ]; then
             sed -i "1s|$DESTDIR||" "$script"
         fi
     done
-    sed -i "s|$DESTDIR||g" "$stage/bin/activate" "$stage/pyvenv.cfg" 2>/dev/null || true
+    for file in "$stage"/bin/activate* "$stage/pyvenv.cfg"; do
+        [ -f "$file" ] && sed -i "s|$DESTDIR||g" "$file"
+    done
 fi
+# Compiled here once (nobody may write the venv later), naming the sources where they will be.
+"$stage/bin/python" -m compileall -q -f -s "$DESTDIR$venv" -p "$venv" "$stage/lib" >/dev/null
 
 mkdir -p "$DESTDIR$PREFIX/bin"
 ln -sfn "$venv/bin/lockrun" "$DESTDIR$PREFIX/bin/lockrun"
@@ -128,12 +135,18 @@ if [ -z "$DESTDIR" ]; then
     fi
 fi
 
-config=$DESTDIR$SYSCONFDIR/lockrun.toml
-if [ -e "$config" ] || [ -L "$config" ]; then
-    say "kept $config (never overwritten)"
+example=$DESTDIR$config_read.example
+install -d "$(dirname "$example")"
+install -m 644 "$here/scripts/lockrun.toml.example" "$example"
+if [ -e "$DESTDIR$config_read" ]; then
+    say "example config $example (yours, $config_read, is left as it is)"
 else
-    install -d "$DESTDIR$SYSCONFDIR"
-    install -m 644 "$here/scripts/lockrun.toml.example" "$config"
-    say "example config $config (every key commented out)"
+    say "example config $example: copy it to $config_read and uncomment what you need"
+fi
+if [ -z "$DESTDIR" ]; then
+    case ":$PATH:" in
+        *":$PREFIX/bin:"*) ;;
+        *) say "note: $PREFIX/bin is not on your PATH: name $PREFIX/bin/lockrun in full (crontabs do anyway)" ;;
+    esac
 fi
 say "done: $PREFIX/bin/lockrun --version"

@@ -234,6 +234,13 @@ def test_a_config_that_cannot_be_read_is_exit_3_and_a_bad_url_a_usage_error(tmp_
     config.write_text("ttl = 'soon'\n")
     code, checks, text = doctor({**env, "LOCKRUN_CONFIG": str(config)})
     assert code == 3 and "ttl" in checks["config"][0]["detail"], text
+    # This host's state directory is checked all the same (here, where LOCKRUN_STATE_DIR puts it).
+    (state,) = checks["state_dir"]
+    assert env["LOCKRUN_STATE_DIR"] in state["detail"], text
+    # So with a password file that cannot be read: the settings are had, the backend cannot be opened.
+    config.write_text(f'redis_url = "redis://127.0.0.1:1/0"\nredis_password_file = "{tmp_path}/none"\n')
+    code, checks, text = doctor({**env, "LOCKRUN_CONFIG": str(config)})
+    assert code == 3 and "password file" in checks["config"][0]["detail"] and checks["state_dir"], text
     result = run_lockrun(env, "doctor", "--redis-url", "http://nope")
     assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
 

@@ -37,16 +37,16 @@ def install(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           timeout=600)
 
 
-def test_one_install_places_everything_and_never_overwrites_the_config(tmp_path: Path) -> None:
+def test_one_install_places_everything_and_never_a_config_lockrun_would_read(tmp_path: Path) -> None:
     stage = tmp_path / "stage"
     python = shared_python()
     if python is not None:  # a system-wide install, staged as a packager would
         env = {"DESTDIR": str(stage), "PREFIX": "/usr/local", "PYTHON": python}
-        prefix, sysconf = "/usr/local", "/etc"
+        prefix, config_read = "/usr/local", "/etc/lockrun.toml"
     else:  # this machine's Python is private to its owner: an install for oneself, under a home
         home = tmp_path / "home"
         env = {"DESTDIR": str(stage), "HOME": str(home), "PREFIX": f"{home}/.local", "PYTHON": sys.executable}
-        prefix, sysconf = f"{home}/.local", f"{home}/.local/etc"
+        prefix, config_read = f"{home}/.local", f"{home}/.config/lockrun/config.toml"
     done = install(env)
     assert done.returncode == 0, done.stderr
     placed = stage / prefix.lstrip("/")
@@ -69,20 +69,25 @@ def test_one_install_places_everything_and_never_overwrites_the_config(tmp_path:
                           ("share/zsh/site-functions/_lockrun", "_lockrun"),
                           ("share/fish/vendor_completions.d/lockrun.fish", "lockrun.fish")):
         assert (placed / where).read_text() == (ROOT / "completions" / source).read_text(), where
-    config = stage / sysconf.lstrip("/") / "lockrun.toml"
-    assert config.read_text() == (ROOT / "scripts" / "lockrun.toml.example").read_text()
-    assert stat.S_IMODE(config.stat().st_mode) == 0o644
+    # The example beside the file lockrun reads, never that file: an empty /etc/lockrun.toml would
+    # hide every user's own ~/.config/lockrun/config.toml (the first file found is the one read).
+    example = stage / (config_read + ".example").lstrip("/")
+    assert example.read_text() == (ROOT / "scripts" / "lockrun.toml.example").read_text()
+    assert stat.S_IMODE(example.stat().st_mode) == 0o644
+    assert not (stage / config_read.lstrip("/")).exists()
+    assert f"copy it to {config_read}" in done.stderr
     # The example parses as a config file: every key commented out, so lockrun reads nothing.
-    status = subprocess.run([sys.executable, "-m", "lockrun", "--config", str(config), "history"],
+    status = subprocess.run([sys.executable, "-m", "lockrun", "--config", str(example), "history"],
                             capture_output=True, text=True, timeout=60,
                             env={**os.environ, "LOCKRUN_STATE_DIR": str(tmp_path / "state"),
                                  "LOCKRUN_LEDGER": str(tmp_path / "ledger.db")})
     assert status.returncode == 0, status.stderr
-    # A second install keeps the operator's config as it is.
-    config.write_text('ttl = 120\n')
-    again = install(env)
-    assert again.returncode == 0, again.stderr
-    assert config.read_text() == "ttl = 120\n" and "kept" in again.stderr
+    # Staged: no file of the venv names the stage (scripts, activate*, compiled sources).
+    venv = placed / "lib" / "lockrun"
+    for path in venv.rglob("*"):
+        if path.is_file() and not path.is_symlink() and (path.suffix in (".pyc", ".cfg", "") or
+                                                         path.name.startswith("activate")):
+            assert str(stage).encode() not in path.read_bytes(), path
 
 
 def test_an_interpreter_other_users_cannot_run_is_refused_for_a_shared_install(tmp_path: Path) -> None:

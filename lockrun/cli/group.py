@@ -33,12 +33,27 @@ COMMAND_MODULES = {
 }
 
 
+#: How much of a command's first sentence ``lockrun --help`` shows.
+SUMMARY_LIMIT = 200
+
+
 class LockrunGroup(click.Group):
     """``lockrun [OPTIONS] -- CMD`` is ``lockrun run [OPTIONS] -- CMD``.
 
     The bare form applies when the first argument is an option or ``--``;
     ``-h``, ``--help`` and ``--version`` as the first argument belong to the top level.
     """
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its first sentence whole: click's 45 characters cut most of them."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=SUMMARY_LIMIT)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMAND_MODULES)

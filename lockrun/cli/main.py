@@ -29,7 +29,7 @@ def _one_line(exc: click.ClickException) -> str:
     if isinstance(exc, click.UsageError) and exc.ctx is not None and exc.ctx.command is not cli:
         command = exc.ctx.command.name
     hint = f"lockrun {command} --help" if command else "lockrun --help"
-    return f"{message} (see '{hint}')"
+    return f"{message.rstrip('.')} (see '{hint}')"  # "Missing argument 'X'. (see" read badly
 
 
 def _no_command() -> int:

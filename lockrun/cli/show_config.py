@@ -38,6 +38,9 @@ def config(ctx: click.Context, /, name: str, as_json: bool, **_: Any) -> NoRetur
     from lockrun.views.settings_view import settings_of
 
     plan = resolve(given_flags(ctx), name)
-    check_plan(plan, Settings(plan))  # what a run would refuse, refused here with the same line and code
+    settings = Settings(plan)
+    check_plan(plan, settings)  # what a run would refuse, refused here with the same line and code
+    if settings.redis_url:
+        settings.redis_password()  # a password file a run could not read (never shown)
     print_settings(name, settings_of(plan), as_json)
     ctx.exit(0)

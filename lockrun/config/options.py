@@ -277,7 +277,8 @@ GRACE: Option[float | None] = Option(
 # Where: the backend and the ledger, for every command
 CONFIG: Option[str | None] = Option(
     "config", text("a path"), None, "TOML config file.", flags=("--config",), env="LOCKRUN_CONFIG",
-    metavar="PATH", scope=GLOBAL, shown_default="/etc/lockrun.toml, then ~/.config/lockrun/config.toml")
+    metavar="PATH", scope=GLOBAL,
+    shown_default="the first of /etc/lockrun.toml and ~/.config/lockrun/config.toml that exists")
 REDIS_URL: Option[str | None] = Option(
     "redis_url", from_text(lambda value, what: validate_redis_url(value), "a Redis URL", hides=redact_url), None,
     "redis://, rediss://, unix://, redis+cluster://h1:7000,h2:7001/ or redis+sentinel://h1:26379,h2:26379/mymaster"

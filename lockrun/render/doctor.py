@@ -18,8 +18,8 @@ def check_line(check: Check) -> str:
     """``FAIL eviction    maxmemory-policy allkeys-lru …; fix: CONFIG SET …``: one line, whatever
     a server or a path put in it."""
     line = f"{check.status.upper():<4} {check.check:<{NAME_WIDTH}} {check.detail}"
-    if check.fix:
-        line += f"; fix: {check.fix}"
+    if check.fix:  # a server's own sentence ends in a full stop: not before the semicolon
+        line = f"{line.rstrip('.')}; fix: {check.fix}"
     return printable(line)
 
 

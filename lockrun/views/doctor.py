@@ -12,6 +12,7 @@ read): exit 0, 1, 2 or 3.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockrun.backends.audit import BackendAudit, ServerFacts
@@ -52,11 +53,25 @@ class DoctorReport(NamedTuple):
         return {"verdict": self.verdict, "checks": [check.as_json() for check in self.checks]}
 
 
-def cannot_check(error: LockrunError) -> DoctorReport:
+def cannot_check(error: LockrunError, state_dir: Path | None = None) -> DoctorReport:
     """The report when the settings cannot be had (a config or password file, a URL redis-py
-    refuses): one FAIL line, verdict unknown (exit 3)."""
+    refuses): one FAIL line, verdict unknown (exit 3), and this host's state directory all the same
+    (``state_dir``: the settings', else where LOCKRUN_STATE_DIR or the default puts it)."""
+    import os
+
+    from lockrun.config.state_home import default_state_dir
+    from lockrun.system.directory import directory_facts
+
     fix = f"correct what it names: a run refuses it too (exit {error.exit_code})"
-    return DoctorReport((Check("config", FAIL, " ".join(str(error).split()), fix),), could_not_check=True)
+    checks = [Check("config", FAIL, " ".join(str(error).split()), fix)]
+    if state_dir is None:
+        named = os.environ.get("LOCKRUN_STATE_DIR")
+        try:
+            state_dir = Path(named) if named else default_state_dir()
+        except LockrunError:  # no home to put it in: the FAIL line is what there is to say
+            return DoctorReport(tuple(checks), could_not_check=True)
+    checks.append(directory_check(directory_facts(state_dir, "the state directory"), local=True))
+    return DoctorReport(tuple(checks), could_not_check=True)
 
 
 def _backend_line(settings: Settings) -> Check:
@@ -126,7 +141,7 @@ def doctor_report(settings: Settings, probe: bool) -> DoctorReport:
     except BackendUnavailable as exc:
         audit = BackendAudit(settings.backend_name, settings.backend_where, unreachable=str(exc))
     except LockrunError as exc:  # a URL redis-py refuses, a password file that cannot be read
-        return cannot_check(exc)
+        return cannot_check(exc, settings.state_dir)
     else:
         try:
             audit = backend.audit(min(PROBE_TTL_S, settings.ttl) if probe else None)

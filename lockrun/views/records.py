@@ -76,7 +76,7 @@ def not_found_where(resolved: Settings, fleet: bool) -> str:
     """Where ``show`` looked, for its "no run" line, and where else it could look."""
     if fleet and resolved.redis_url:
         return f"the ledger {resolved.ledger_path} or the fleet record"
-    elsewhere = "; another host's run is in the fleet record: add --fleet" if resolved.redis_url else ""
+    elsewhere = "; if another host ran it, add --fleet" if resolved.redis_url else ""
     return f"this host's ledger {resolved.ledger_path}{elsewhere}"
 
 
