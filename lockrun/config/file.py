@@ -1,6 +1,7 @@
 """The config file (TOML) and the Redis password file: found in the usual places, read only when
-trusted (owned by the user or root, not writable by others, not a link), each key checked
-against its type and range (exit 78, naming the file and line).
+trusted (a regular file owned by the user or root and not writable by others; a link is followed
+and its target is what is checked), each key checked against its type and range (exit 78, naming
+the file and line).
 """
 
 from __future__ import annotations
@@ -227,7 +228,12 @@ def _value(option: Option[Any], value: object) -> Any:
         # The parser's usual line, said as a config file says it; a value that may hold a secret
         # keeps its parser's line, which shows it hidden (and says what is wrong with it).
         if reason.startswith(f"invalid {option.key} ") and option.parse.hides is None:
-            reason = f"{option.key} must be {option.expected}, not {quoted(value)}"
+            said = f"invalid {option.key} {quoted(value)}: "
+            why = reason[len(said):] if reason.startswith(said) else ""
+            shown = value.isoformat() if hasattr(value, "isoformat") else value  # a TOML date, as written
+            reason = f"{option.key} must be {option.expected}, not {quoted(shown)}"
+            if why and not why.startswith("expected"):  # the parser knows more: "Bad day-of-month"
+                reason += f": {why}"
         raise UsageError(reason) from None
     except (OverflowError, ValueError):  # a parser not written for an integer of 400 digits
         raise UsageError(f"{option.key} must be {option.expected}, not a number that large") from None
