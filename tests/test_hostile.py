@@ -135,6 +135,13 @@ def test_redis_url_query_a_connection_cannot_take_is_a_usage_error(tmp_path, url
         assert "s3cret" not in result.stderr
 
 
+def test_a_path_of_thousands_of_characters_is_cut_in_the_error_line(tmp_path):
+    env = {**isolated_env(tmp_path), "LOCKRUN_STATE_DIR": str(tmp_path / ("a" * 5000))}
+    result = run_lockrun(env, "-n", "x", "--", "true")
+    assert_one_line(result, 69, "cannot use the state directory", "characters): ")
+    assert len(result.stderr) < 600, result.stderr
+
+
 def test_a_200_character_name_of_colons_works_on_the_local_backend(local_env, tmp_path):
     name = "a" + ":" * 199
     key = "k" + ":" * 199
