@@ -224,19 +224,22 @@ def _value(option: Option[Any], value: object) -> Any:
             raise UsageError(f"invalid {option.key} {option.parse.shown(value)}")
         return option.parse(value, option.key)
     except UsageError as exc:
-        reason = str(exc)
-        # The parser's usual line, said as a config file says it; a value that may hold a secret
-        # keeps its parser's line, which shows it hidden (and says what is wrong with it).
-        if reason.startswith(f"invalid {option.key} ") and option.parse.hides is None:
-            said = f"invalid {option.key} {quoted(value)}: "
-            why = reason[len(said):] if reason.startswith(said) else ""
-            shown = value.isoformat() if hasattr(value, "isoformat") else value  # a TOML date, as written
-            reason = f"{option.key} must be {option.expected}, not {quoted(shown)}"
-            if why and not why.startswith("expected"):  # the parser knows more: "Bad day-of-month"
-                reason += f": {why}"
-        raise UsageError(reason) from None
+        raise UsageError(_as_the_file_says_it(option, value, str(exc))) from None
     except (OverflowError, ValueError):  # a parser not written for an integer of 400 digits
         raise UsageError(f"{option.key} must be {option.expected}, not a number that large") from None
+
+
+def _as_the_file_says_it(option: Option[Any], value: object, reason: str) -> str:
+    """The parser's usual line (``invalid ttl 'x': expected …``) as a config file says it (``ttl must
+    be …, not 'x'``), with what else the parser knew (``Bad day-of-month``). A value that may hold
+    a secret keeps its parser's line, which shows it hidden."""
+    if not reason.startswith(f"invalid {option.key} ") or option.parse.hides is not None:
+        return reason
+    said = f"invalid {option.key} {quoted(value)}: "
+    why = reason[len(said):] if reason.startswith(said) else ""
+    shown = value.isoformat() if hasattr(value, "isoformat") else value  # a TOML date, as written
+    line = f"{option.key} must be {option.expected}, not {quoted(shown)}"
+    return f"{line}: {why}" if why and not why.startswith("expected") else line
 
 
 def _where(path: Path, lines: list[str], key: str | None, job: str | None = None) -> str:

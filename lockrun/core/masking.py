@@ -407,17 +407,30 @@ def _option_value(
     text = word.text(args)
     if len(text) < 2 or text[0] != "-":
         return None
-    at = _secret_letter(text, client, masking)
-    hows = _hows(f"-{text[at]}", client, masking) if at else _NO_HOW
-    if hows and at + 1 < len(text):  # -pSECRET, -p=SECRET, -fsSuUSER:PW
-        return word._replace(start=word.start + at + 1 + (text[at + 1] == "=")), hows
-    if hows and at > 1:  # -fsSu USER:PW
-        following = _following(args, words, n, word)
-        return None if following is None or hows == {"attached"} else (following, hows - {"attached"})
+    found = _one_letter_value(args, words, n, client, masking)
+    if found is not None:
+        return found
     name, equals, _ = text.partition("=")
     if equals:  # --name=SECRET
         return word._replace(start=word.start + len(name) + 1), _hows(name, client, masking) - {"attached"}
     return _separate_value(args, words, n, client, masking)
+
+
+def _one_letter_value(
+    args: list[str], words: list[_Word], n: int, client: dict[str, frozenset[str]], masking: Masking,
+) -> tuple[_Word, frozenset[str]] | None:
+    """The value of a one-letter option that hides a secret, in a word of them: ``-pSECRET``,
+    ``-p=SECRET``, ``-fsSuUSER:PW``, or the next word after ``-fsSu``; None: none found here."""
+    word = words[n]
+    text = word.text(args)
+    at = _secret_letter(text, client, masking)
+    hows = _hows(f"-{text[at]}", client, masking) if at else _NO_HOW
+    if hows and at + 1 < len(text):
+        return word._replace(start=word.start + at + 1 + (text[at + 1] == "=")), hows
+    if hows and at > 1 and hows != {"attached"}:
+        following = _following(args, words, n, word)
+        return None if following is None else (following, hows - {"attached"})
+    return None
 
 
 def _secret_letter(text: str, client: dict[str, frozenset[str]], masking: Masking) -> int:

@@ -8,7 +8,7 @@ URL through :func:`redact_url` or :func:`url_without_credentials`, never as give
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
@@ -61,19 +61,25 @@ def _shape_problem(parts: SplitResult) -> str | None:
 def _query_problem(parts: SplitResult) -> str | None:
     """The first query parameter the URL's scheme does not take, or whose value is out of its
     range, as a message."""
-    allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if parts.scheme != "unix" else ())
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     for key, value in pairs:
-        if key in TLS_QUERY_PARAMETERS and parts.scheme != "rediss":
-            return f"{key} applies to rediss:// (TLS) URLs only"
-        if key not in allowed + TLS_QUERY_PARAMETERS:
-            return f"unknown query parameter {quoted(key)} (known: {', '.join(allowed)}; with rediss://: ssl_*)"
-        problem = _value_problem(key, value)
+        problem = _pair_problem(parts.scheme, key, value)
         if problem is not None:
-            return f"{key}={quoted(value) if not _is_secret(key) else '***'}: {problem}"
-    if any(key == "ssl_keyfile" for key, _ in pairs) and not any(key == "ssl_certfile" for key, _ in pairs):
+            return problem
+    keys = {key for key, _ in pairs}
+    if "ssl_keyfile" in keys and "ssl_certfile" not in keys:
         return "ssl_keyfile needs ssl_certfile (the certificate the key belongs to)"
     return None
+
+
+def _pair_problem(scheme: str, key: str, value: str) -> str | None:
+    allowed = URL_QUERY_PARAMETERS + (("socket_keepalive",) if scheme != "unix" else ())
+    if key in TLS_QUERY_PARAMETERS and scheme != "rediss":
+        return f"{key} applies to rediss:// (TLS) URLs only"
+    if key not in allowed + TLS_QUERY_PARAMETERS:
+        return f"unknown query parameter {quoted(key)} (known: {', '.join(allowed)}; with rediss://: ssl_*)"
+    problem = _value_problem(key, value)
+    return None if problem is None else f"{key}={quoted(value) if not _is_secret(key) else '***'}: {problem}"
 
 
 #: The largest database number a Redis server can have (its ``databases`` is an int).
@@ -84,19 +90,30 @@ _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "1", "0", "t", "f", "y
 def _value_problem(key: str, value: str) -> str | None:
     """What is wrong with a query parameter's value (redis-py would read a bad one as something
     else: ``retry_on_timeout=maybe`` as true, ``socket_timeout=nan`` as no timeout); None if fine."""
-    if key == "db":
-        return None if _ascii_digits(value) and int(value) <= MAX_DB else f"a database number from 0 to {MAX_DB}"
-    if key in ("socket_timeout", "socket_connect_timeout", "health_check_interval"):
-        return None if _seconds(value) else "a number of seconds, 0 or more (lockrun bounds every call itself)"
-    if key in ("max_connections", "socket_read_size"):
-        return None if _ascii_digits(value) and 0 < int(value) <= 2**31 else "a whole number above 0"
-    if key == "protocol":
-        return None if value in ("2", "3") else "2 or 3 (RESP2 or RESP3)"
-    if key in ("retry_on_timeout", "socket_keepalive", "ssl_check_hostname"):
-        return None if value.lower() in _BOOLEAN_WORDS else "true or false"
-    if key == "ssl_cert_reqs":
-        return None if value.lower() in ("none", "optional", "required") else "none, optional or required"
-    return None
+    rule = _VALUE_RULES.get(key)
+    return None if rule is None or rule[0](value) else rule[1]
+
+
+def _whole(text: str, maximum: int, minimum: int = 0) -> bool:
+    return _ascii_digits(text) and minimum <= int(text) <= maximum
+
+
+_SECONDS = "a number of seconds, 0 or more (lockrun bounds every call itself)"
+_TRUE_OR_FALSE = (lambda value: value.lower() in _BOOLEAN_WORDS, "true or false")
+#: Per query parameter: whether a value is one, and what it must be.
+_VALUE_RULES: dict[str, tuple[Callable[[str], bool], str]] = {
+    "db": (lambda value: _whole(value, MAX_DB), f"a database number from 0 to {MAX_DB}"),
+    "socket_timeout": (lambda value: _seconds(value), _SECONDS),
+    "socket_connect_timeout": (lambda value: _seconds(value), _SECONDS),
+    "health_check_interval": (lambda value: _seconds(value), _SECONDS),
+    "max_connections": (lambda value: _whole(value, 2**31, 1), "a whole number above 0"),
+    "socket_read_size": (lambda value: _whole(value, 2**31, 1), "a whole number above 0"),
+    "protocol": (lambda value: value in ("2", "3"), "2 or 3 (RESP2 or RESP3)"),
+    "retry_on_timeout": _TRUE_OR_FALSE,
+    "socket_keepalive": _TRUE_OR_FALSE,
+    "ssl_check_hostname": _TRUE_OR_FALSE,
+    "ssl_cert_reqs": (lambda value: value.lower() in ("none", "optional", "required"), "none, optional or required"),
+}
 
 
 def _seconds(text: str) -> bool:
