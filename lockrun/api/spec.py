@@ -3,6 +3,7 @@ type is TypeError, a value out of the CLI's range ValueError in the CLI's words.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 from lockrun.config.values import parse_time_span, validate_name
@@ -50,20 +51,19 @@ def block_spec(name: object, ttl: object, wait: object, redis_url: object, on_lo
 
 
 def _name(name: object) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"the lock name must be a str, not {type(name).__name__}")
-    try:
-        validate_name(name)
-    except UsageError as exc:
-        raise ValueError(str(exc)) from None
-    return name
+    return _text(name, "the lock name must be a str", validate_name)
 
 
 def _redis_url(redis_url: object) -> str:
-    if not isinstance(redis_url, str):
-        raise TypeError(f"redis_url must be a str or None, not {type(redis_url).__name__}")
+    return _text(redis_url, "redis_url must be a str or None", validate_redis_url)
+
+
+def _text(value: object, must_be: str, validate: Callable[[str], object]) -> str:
+    """An argument that is text: TypeError for another type, ValueError in the CLI's words."""
+    if not isinstance(value, str):
+        raise TypeError(f"{must_be}, not {type(value).__name__}")
     try:
-        validate_redis_url(redis_url)
+        validate(value)
     except UsageError as exc:
         raise ValueError(str(exc)) from None
-    return redis_url
+    return value

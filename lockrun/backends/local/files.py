@@ -86,6 +86,17 @@ def locked_by_other(path: Path) -> bool:
         os.close(fd)
 
 
+def mode_of(path: Path) -> int | None:
+    """The mode of what lies at ``path``, not followed (None: nothing there); BackendUnavailable
+    when it cannot be looked at."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot inspect {path}: {exc.strerror}") from None
+
+
 class LockFiles:
     """The paths of every lock's files in one state directory, and which slots are held."""
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote
 
-from lockrun.backends.local.files import HASHED, LockFiles, file_name
+from lockrun.backends.local.files import HASHED, LockFiles, file_name, mode_of
 from lockrun.backends.local.records import finite
 from lockrun.backends.pause import Paused, PauseRequest
 from lockrun.core.clock import ISO_FORMAT
@@ -55,12 +55,9 @@ class LocalPauses:
     def resume(self, name: str) -> bool:
         """Remove the pause file of ``name`` (whatever sits there: a malformed one too, never followed)."""
         path = self.path(name)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
+        mode = mode_of(path)
+        if mode is None:
             return False
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot inspect {path}: {exc.strerror}") from None
         try:
             os.rmdir(path) if stat.S_ISDIR(mode) else os.unlink(path)
         except FileNotFoundError:

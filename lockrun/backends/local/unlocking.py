@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from lockrun.backends.local.files import LockFiles
+from lockrun.backends.local.files import LockFiles, mode_of
 from lockrun.backends.local.holders import LocalInspection
 from lockrun.backends.local.records import LockRecords
 from lockrun.core.errors import BackendUnavailable
@@ -47,12 +47,9 @@ def clear_foreign(files: LockFiles, name: str) -> bool:
     """Something that is not a lock file (a link, a FIFO, a directory) at the lock's path: no
     lockrun run can hold it. Removed without following it."""
     path = files.lock_path(name)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    mode = mode_of(path)
+    if mode is None:
         return False
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot inspect {path}: {exc.strerror}") from None
     if stat.S_ISREG(mode):
         return False  # a lock file after all: cleared the ordinary way, never here
     try:
