@@ -30,6 +30,7 @@ from typing import Literal, TypeVar
 
 from lockrun.api.block import BlockRun, site_of
 from lockrun.api.delivery import TRANSITIONS, Teller
+from lockrun.api.ending import NotStarted
 from lockrun.api.errors import LeaseLost
 from lockrun.api.lock import Lease
 from lockrun.api.spec import BlockSpec, OnLost, block_spec
@@ -137,7 +138,7 @@ class AsyncLockBlock:
                 state["entered"] = True
                 abandoned = state["abandoned"]
             if abandoned:  # the task was cancelled meanwhile: the block will not run
-                run.leave(asyncio.CancelledError())
+                run.leave(NotStarted())
 
         try:
             await _in_thread(loop, enter, f"lockrun-enter {self.spec.name}")
@@ -147,7 +148,7 @@ class AsyncLockBlock:
                 state["abandoned"] = True
                 entered = state["entered"]
             if entered:  # entered, and the answer had not reached the task yet: given back now
-                threading.Thread(target=run.leave, args=(asyncio.CancelledError(),), daemon=True).start()
+                threading.Thread(target=run.leave, args=(NotStarted(),), daemon=True).start()
             raise
         self._runs.append(run)
         return Lease(run)

@@ -9,6 +9,8 @@ Pure: no clock, no backend.
     the lease was lost under on_lost="flag" and it went on        as above, with a note that it was lost
                                                                  (--on-lost continue's row);
                                                                  lost if it raised LeaseLost (check())
+    the task waiting for the lock was cancelled as it got it     error      note: cancelled before the
+    (lock_async: NotStarted; the lease goes straight back)                  block started
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from lockrun.api.errors import Busy, Paused, Unavailable
 from lockrun.core.errors import ExitCode, LockrunError
 from lockrun.core.record import Status
 from lockrun.run.outcome import Outcome
+
+
+class NotStarted(BaseException):
+    """The block was given up between taking the lock and starting: a ``lock_async`` task cancelled
+    while the acquire's answer was on its way. Not a failure of the block (it never ran)."""
 
 
 def type_name(exc: BaseException) -> str:
@@ -59,6 +66,9 @@ def _ended(error: BaseException | None, fencing_token: int) -> Outcome:
     """The outcome of what the block did, the lease aside."""
     if error is None or (isinstance(error, SystemExit) and _exit_status(error.code) == 0):
         return Outcome(exit_code=ExitCode.OK, status=Status.SUCCEEDED, command_exit=0, fencing_token=fencing_token)
+    if isinstance(error, NotStarted):
+        return Outcome(exit_code=ExitCode.SIGNAL_BASE + int(signal.SIGINT), status=Status.ERROR,
+                       fencing_token=fencing_token, error="cancelled before the block started (lock_async)")
     if isinstance(error, KeyboardInterrupt):
         sigint = int(signal.SIGINT)
         return Outcome(exit_code=ExitCode.SIGNAL_BASE + sigint, status=Status.KILLED, signal=sigint,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockrun.api.ending import block_outcome, type_name
+from lockrun.api.ending import NotStarted, block_outcome, type_name
 from lockrun.core.record import Status
 
 
@@ -33,6 +33,13 @@ def outcome_of(error: BaseException | None, lost: str | None = None, *, flag: bo
 ])
 def test_a_block_that_kept_its_lease(error: BaseException | None, expected: tuple[object, ...]) -> None:
     assert outcome_of(error) == expected
+
+
+def test_a_block_given_up_as_it_got_the_lock_is_no_failure() -> None:
+    # lock_async: the task was cancelled while the acquire's answer was on its way; nothing ran.
+    outcome = block_outcome(NotStarted(), lost=None, raise_on_lost=True, lost_raised=False, fencing_token=7)
+    assert (outcome.status, outcome.command_exit, outcome.fencing_token) == (Status.ERROR, None, 7)
+    assert outcome.error == "cancelled before the block started (lock_async)"
 
 
 def test_a_lost_lease_is_lost_whatever_the_block_did_after() -> None:
