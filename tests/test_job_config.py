@@ -172,3 +172,17 @@ def test_config_hides_a_urls_password_and_checks_what_it_is_given(local_env, tmp
     assert_one_line(run_lockrun(local_env, "config", "backup", "--ttl", "0"), 2, "--ttl")
     assert_one_line(run_lockrun(local_env, "config", "bad name"), 2, "invalid lock name")
     assert_one_line(run_lockrun({**local_env, "LOCKRUN_TTL": "soon"}, "config", "backup"), 2, "LOCKRUN_TTL")
+
+
+def test_a_url_setting_of_the_wrong_shape_is_shown_without_its_secrets(local_env, tmp_path):
+    for text in ('redis_url = {u = "redis://:S3CRET@h/0"}\n', 'ping = {url = "https://u:S3CRET@hc.example/S3CRET"}\n',
+                 'notify_urls = [{u = "https://u:S3CRET@h.example/x"}, 5]\n', 'ping = "https://u:S3CRET@h.example:99999/"\n',
+                 'redis_url = "redis://:S3CRET#x@h/0"\n'):
+        env = with_config(local_env, tmp_path, text)
+        for args in (("-n", "a", "--", "true"), ("config", "a"), ("status",)):
+            result = run_lockrun(env, *args)
+            assert_one_line(result, 78, "line 1")
+            assert "S3CRET" not in result.stderr + result.stdout
+    shown = settings({**local_env, "LOCKRUN_CONFIG": ""}, "a", "--ping", "https://u:S3CRET@hc.example/S3CRET",
+                     "--notify", "https://h.example/x?token=S3CRET")
+    assert "S3CRET" not in json.dumps(shown)

@@ -48,6 +48,8 @@ def _shown(value: object, hides: Callable[[str], str] | None) -> str:
         return quoted(hides(value))
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_shown(item, hides) for item in value) + "]"
+    if isinstance(value, dict):  # a TOML table where a URL belongs: its values unseen
+        return "{" + ", ".join(f"{quoted(key)}: {_shown(item, hides)}" for key, item in value.items()) + "}"
     return quoted(value)
 
 

@@ -114,10 +114,11 @@ _ASSIGNMENT = r"(?<![A-Za-z0-9_.\-])(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*=[ \t
 _HEADER = r"(?:(?<=^-H)|(?<=[\s'\"]-H)|(?<![A-Za-z0-9_.\-]))([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(?!//)[ \t]*"
 # "key": "value" in JSON.
 _JSON_PAIR = r'"([^"\\]{1,100})"\s*:\s*"((?:[^"\\]|\\.)*)"'
-# A word of a script: quoted parts belong to it, spaces and all ('a b' is one word); or a run of
+# A word of a script: quoted parts belong to it, spaces and all ('a b' is one word), with what
+# a backslash escapes ("a\"b", $'a\'b', a\ b); or a run of
 # the characters that end or begin a command (cd /x;mysql, $(mysql, `mysql, (mysql), but not a
 # redirection's >& (2>&1).
-_WORD = r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|[<>]&|[^\s'";|&()`])+|[;|&()`]+"""
+_WORD = r"""(?:\$'(?:[^'\\]|\\.)*'?|'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[<>]&|[^\s'";|&()`\\])+|[;|&()`]+"""
 _OPERATOR_CHARACTERS = frozenset(";|&()`")
 # Where an unquoted value inside a longer text ends.
 _QUERY_VALUE_END = r"[\s'\"&#]"
@@ -232,15 +233,15 @@ def _raw_password_end(text: str, colon: int, authority_end: int, word_end: int) 
 
 
 def _value_end(text: str, start: int, after: str) -> int:
-    """Where a value that begins at ``start`` inside a longer text ends: its closing quote, or the
-    first space or quote, and what ends it where it is: after ``?`` or ``&`` (a query string) an
-    ``&`` or ``#``, after ``;`` (a DSN) a ``;``, elsewhere (a script) ``&``, ``;`` or a backquote."""
-    if start < len(text) and text[start] in _QUOTES:
-        close = text.find(text[start], start + 1)
-        return len(text) if close < 0 else close + 1
+    """Where a value that begins at ``start`` inside a longer text ends: after ``?`` or ``&`` (a
+    query string) at an ``&``, ``#``, space or quote, after ``;`` (a DSN) at a ``;``, space or
+    quote (a quoted value: its closing quote); elsewhere (a script) at the end of its shell word,
+    its quoted and escaped parts and all (TOKEN=$'a b', TOKEN="a\\"b c", TOKEN=a\\ b)."""
     if after and after in "?&;":
+        if start < len(text) and text[start] in _QUOTES:
+            close = text.find(text[start], start + 1)
+            return len(text) if close < 0 else close + 1
         return _found_or_end(_QUERY_VALUE_END if after in "?&" else _DSN_VALUE_END, text, start)
-    # A word of a script, its quoted parts and all: TOKEN=$'a b', TOKEN=a'b c'd.
     word = re.compile(_WORD).match(text, start)
     return word.end() if word is not None and text[start] not in _OPERATOR_CHARACTERS else start
 
@@ -338,15 +339,26 @@ def _words(args: list[str]) -> list[_Word]:
     return words
 
 
-def _script_words(i: int, arg: str) -> Iterable[_Word]:
-    """The words of the argument ``i`` read as a script, each without its quotes."""
-    for match in re.finditer(_WORD, arg):
-        start, end = match.span()
-        while start < end and arg[start] in _QUOTES:
-            start += 1
-        while end > start and arg[end - 1] in _QUOTES:
-            end -= 1
-        yield _Word(i, start, end, False)
+def _script_words(i: int, arg: str, start: int = 0, end: int | None = None, depth: int = 0) -> Iterable[_Word]:
+    """The words of the argument ``i`` (of ``arg[start:end]``) read as a script, each without its
+    quotes; the script after ``-c`` inside it is read as a script too (sh -c "bash -c 'mysql -p…'")."""
+    previous = ""
+    for match in re.compile(_WORD).finditer(arg, start, len(arg) if end is None else end):
+        first, last = match.span()
+        while first < last and arg[first] in _QUOTES:
+            first += 1
+        while last > first and arg[last - 1] in _QUOTES:
+            last -= 1
+        text = arg[first:last]
+        if depth < MAX_NESTED_SCRIPTS and _script_flag(previous) and any(c.isspace() for c in text):
+            yield from _script_words(i, arg, first, last, depth + 1)
+        else:
+            yield _Word(i, first, last, False)
+        previous = text
+
+
+#: How deep scripts inside scripts are read (sh -c "ssh h 'bash -c …'"): deeper ones are one word.
+MAX_NESTED_SCRIPTS = 3
 
 
 def _word_spans(args: list[str], masking: Masking, spans: list[list[tuple[int, int]]]) -> None:

@@ -92,6 +92,13 @@ from lockrun.core.masking_rules import MAX_REDACT_ENTRIES, parse_masking
     # a script's value is a shell word, quoted parts and all
     (["sh", "-c", "PGPASSWORD=$'pw x' psql; TOKEN=a'b c'd job"], ["sh", "-c", "PGPASSWORD=*** psql; TOKEN=*** job"]),
     (["sh", "-c", "TOKEN=abc;rm x"], ["sh", "-c", "TOKEN=***;rm x"]),
+    # ... and what a backslash escapes: a quote inside quotes, a space
+    (["sh", "-c", 'TOKEN="a\\"b S1" true; PGPASSWORD=p\\ S2 true; curl -u a:b\\ S3 h'],
+     ["sh", "-c", "TOKEN=*** true; PGPASSWORD=*** true; curl -u a:*** h"]),
+    (["sh", "-c", "export AWS_SECRET_ACCESS_KEY=$'ab\\'cd S4'"], ["sh", "-c", "export AWS_SECRET_ACCESS_KEY=***"]),
+    # a script inside a script
+    (["sh", "-c", "bash -c \"mysql -pS5 db; redis-cli -a S6\""],
+     ["sh", "-c", "bash -c \"mysql -p*** db; redis-cli -a ***\""]),
     # curl's -H with its header attached
     (["curl", "-HAuthorization: Bearer abc"], ["curl", "-HAuthorization: Bearer ***"]),
     (["sh", "-c", "curl -H'X-Api-Key: k' https://x"], ["sh", "-c", "curl -H'X-Api-Key: ***' https://x"]),
