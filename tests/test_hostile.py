@@ -122,7 +122,10 @@ def test_out_of_range_config_values_are_config_errors(any_env, tmp_path, line, n
     ("redis://h:6379/0?socket_timeout=nan", "socket_timeout='nan': a number of seconds"),
     ("redis://h:6379/0?retry_on_timeout=maybe", "retry_on_timeout='maybe': true or false"),
     ("rediss://h:6379/0?ssl_cert_reqs=bogus", "ssl_cert_reqs='bogus': none, optional or required"),
-    ("rediss://h:6379/0?ssl_keyfile=/k&ssl_password=s3cret", "ssl_keyfile needs ssl_certfile"),
+    ("rediss://h:6379/0?ssl_keyfile=/etc/passwd&ssl_password=s3cret", "ssl_keyfile needs ssl_certfile"),
+    ("rediss://h:6379/0?ssl_ca_certs=/no/such/ca.pem", "a file that exists on this host"),
+    ("redis://a..b:6379/0", "is not one"),
+    ("redis://h:6379/0?client_name=a%20b", "without spaces"),
     # a password with a raw # ? or /: urlsplit would end the host in it, and show the rest
     ("redis://u:s3cr#et@h:6379/0", "percent-encode them in the password"),
     ("redis://:12345#s3cret@h:6379/0", "percent-encode them in the password"),

@@ -285,7 +285,8 @@ REDIS_URL: Option[str | None] = Option(
     " URL of the shared lock server.", flags=("--redis-url",), env="LOCKRUN_REDIS_URL", metavar="URL",
     scope=GLOBAL, shown_default="none: the local backend")
 REDIS_CA: Option[str | None] = Option(
-    "redis_ca", text("a path"), None, "CA certificates (PEM) that verify a rediss:// server.",
+    "redis_ca", from_text(values.existing_file, "the path of a file that exists"), None,
+    "CA certificates (PEM) that verify a rediss:// server.",
     flags=("--redis-ca",), env="LOCKRUN_REDIS_CA", metavar="PATH", scope=GLOBAL, shown_default="the system's")
 PREFIX = Option(
     "prefix", text("a string"), defaults.DEFAULT_PREFIX, "Namespace of every Redis key.", flags=("--prefix",),

@@ -291,6 +291,14 @@ OUTPUT_MODES = ("always", "on-failure")
 
 
 
+def existing_file(path: str, what: str) -> str:
+    """A file lockrun reads and that must be there (``--redis-ca``): a missing one is a usage
+    error now, not an unreachable server (exit 69) at the first connection."""
+    if not path or not Path(path).expanduser().is_file():
+        raise UsageError(f"invalid {what} {quoted(path)}: no such file on this host")
+    return path
+
+
 def output_path_problem(path: str, what: str, directories: bool = True) -> str | None:
     """The one line refusing ``path`` as a file lockrun writes, when a device, FIFO or socket (or a
     link to one; with ``directories``, a directory) is there, checked when it is parsed; else None.
@@ -331,7 +339,11 @@ def metrics_file_problem(path: str, what: str, directory: bool = True) -> str | 
         return (f"{what} {path} is a symbolic link; lockrun replaces the file by a rename and never writes"
                 " through a link: name the file it points to")
     parent = Path(path).expanduser().absolute().parent
-    if not parent.is_dir():
+    try:
+        is_dir = parent.is_dir()
+    except OSError as exc:  # a name too long, a loop of links
+        return f"{what} {path}: cannot look at its directory ({exc.strerror or exc})"
+    if not is_dir:
         return f"{what} {path}: its directory {parent} does not exist"
     if not os.access(parent, os.W_OK | os.X_OK):
         return (f"{what} {path}: its directory {parent} is not writable by this user (the file is replaced"

@@ -7,6 +7,7 @@ URL through :func:`redact_url` or :func:`url_without_credentials`, never as give
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -55,7 +56,18 @@ def _shape_problem(parts: SplitResult) -> str | None:
         return "the scheme must be redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://"
     if parts.scheme == "unix" and not parts.path:
         return "a unix:// URL needs a socket path"
+    if parts.hostname and not _host_name_ok(parts.hostname):
+        return f"the host name {quoted(parts.hostname)} is not one (an empty label, or one of more than 63 characters)"
     return None
+
+
+def _host_name_ok(host: str) -> bool:
+    """Whether the resolver could be asked for ``host`` (it is encoded as IDNA, label by label)."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 def _query_problem(parts: SplitResult) -> str | None:
@@ -98,6 +110,7 @@ def _whole(text: str, maximum: int, minimum: int = 0) -> bool:
     return _ascii_digits(text) and minimum <= int(text) <= maximum
 
 
+_FILE = "a file that exists on this host (a missing one would look like a server that is down: exit 69)"
 _SECONDS = "a number of seconds, 0 or more (lockrun bounds every call itself)"
 _TRUE_OR_FALSE = (lambda value: value.lower() in _BOOLEAN_WORDS, "true or false")
 #: Per query parameter: whether a value is one, and what it must be.
@@ -105,7 +118,16 @@ _VALUE_RULES: dict[str, tuple[Callable[[str], bool], str]] = {
     "db": (lambda value: _whole(value, MAX_DB), f"a database number from 0 to {MAX_DB}"),
     "socket_timeout": (lambda value: _seconds(value), _SECONDS),
     "socket_connect_timeout": (lambda value: _seconds(value), _SECONDS),
-    "health_check_interval": (lambda value: _seconds(value), _SECONDS),
+    "health_check_interval": (lambda value: _whole(value, 365 * 86400), "a whole number of seconds (redis-py reads"
+                                                                      " no other)"),
+    "ssl_min_version": (lambda value: value in ("771", "772"), "771 (TLS 1.2) or 772 (TLS 1.3): ssl.TLSVersion's"
+                                                              " numbers, the only form redis-py reads"),
+    "ssl_ca_certs": (lambda value: os.path.isfile(value), _FILE),
+    "ssl_certfile": (lambda value: os.path.isfile(value), _FILE),
+    "ssl_keyfile": (lambda value: os.path.isfile(value), _FILE),
+    "ssl_ca_path": (lambda value: os.path.isdir(value), "a directory that exists on this host"),
+    "client_name": (lambda value: re.fullmatch(r"[!-~]+", value) is not None, "printable ASCII without spaces"
+                                                                             " (Redis refuses them)"),
     "max_connections": (lambda value: _whole(value, 2**31, 1), "a whole number above 0"),
     "socket_read_size": (lambda value: _whole(value, 2**31, 1), "a whole number above 0"),
     "protocol": (lambda value: value in ("2", "3"), "2 or 3 (RESP2 or RESP3)"),
@@ -199,7 +221,8 @@ def _sentinel_master(path: str) -> tuple[str, int]:
 
 def _node(item: str) -> tuple[str, int]:
     host, colon, port = item.rpartition(":")
-    if not colon or not host or not _ascii_digits(port) or not 0 < int(port) < 65536:
+    bad_port = not _ascii_digits(port) or not 0 < int(port) < 65536
+    if not colon or not host or bad_port or not _host_name_ok(host.strip("[]")):
         raise ValueError(f"cluster nodes are host:port pairs separated by commas, not {quoted(item)}")
     return host.strip("[]"), int(port)
 
