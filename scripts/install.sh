@@ -28,8 +28,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 PREFIX=${PREFIX:-/usr/local}
 DESTDIR=${DESTDIR:-}
+DESTDIR=${DESTDIR%/}  # DESTDIR=/tmp/stage/ would leave "usr/lib/…" in the scripts, a relative path
+PREFIX=${PREFIX%/}
+home=${HOME%/}
 case $PREFIX in
-    "$HOME"/*) shared=no; config_read=$HOME/.config/lockrun/config.toml ;;
+    "$home"/*) shared=no; config_read=$home/.config/lockrun/config.toml ;;
     *) shared=yes; config_read=/etc/lockrun.toml ;;  # where lockrun looks, whatever the PREFIX
 esac
 
