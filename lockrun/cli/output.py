@@ -3,23 +3,16 @@ the lines that say a change was made, which a stdout that cannot be written does
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable
 
-from lockrun.core.printable import QUOTED_CHARS, clipped, printable
-
-#: A message longer than this has its words of more than 2 × QUOTED_CHARS characters cut (docs/reference.md
-#: "Exit codes": an error line shows at most QUOTED_CHARS characters of a value).
-LONG_MESSAGE = 1000
-_LONG_WORD = re.compile(rf"[^\s']{{{2 * QUOTED_CHARS},}}")
+from lockrun.core.printable import long_words_clipped, printable
 
 
 def say(message: str) -> None:
     if sys.stderr is None:  # started with stderr closed, or it failed: nobody to tell
         return
-    if len(message) > LONG_MESSAGE:  # a path or value of thousands of characters, maybe twice: cut each
-        message = _LONG_WORD.sub(_clipped_word, message)
+    message = long_words_clipped(message)  # a path of thousands of characters, maybe twice: cut each
     try:
         sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
         sys.stderr.flush()
@@ -48,8 +41,3 @@ def print_applied(lines: Iterable[str], applied: str) -> None:
         if not exc.broken_pipe:
             say(f"{exc.reason}; {applied}")
 
-
-def _clipped_word(found: re.Match[str]) -> str:
-    word = found.group(0)
-    tail = word[-1] if word[-1] in ":;,." else ""  # the sentence's, not the path's
-    return clipped(word[:len(word) - len(tail)]) + tail

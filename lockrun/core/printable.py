@@ -9,6 +9,7 @@ nothing: json.dumps escapes control characters itself.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -53,3 +54,22 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     head = value if len(value) <= limit else value[:limit]
     shown = printable(head).replace(quote, "\\" + quote)
     return f"{quote}{shown}{quote}" if head is value else f"{quote}{shown}…{quote} ({len(value)} characters)"
+
+
+#: A line longer than this has its words of more than 2 × QUOTED_CHARS characters cut (docs/reference.md
+#: "Exit codes", "A value in an error line").
+LONG_LINE = 1000
+
+
+def long_words_clipped(line: str) -> str:
+    """``line``, each word of it longer than 2 × QUOTED_CHARS cut as :func:`clipped` cuts a value,
+    when the line is longer than LONG_LINE (a path of thousands of characters); else as it is."""
+    if len(line) <= LONG_LINE:
+        return line
+    return re.sub(rf"[^\s']{{{2 * QUOTED_CHARS},}}", _clipped_word, line)
+
+
+def _clipped_word(found: re.Match[str]) -> str:
+    word = found.group(0)
+    tail = word[-1] if word[-1] in ":;,." else ""  # the sentence's, not the path's
+    return clipped(word[:len(word) - len(tail)]) + tail

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from lockrun.core.printable import printable
+from lockrun.core.printable import long_words_clipped, printable
 from lockrun.render.tables import print_json
 from lockrun.views.doctor import DoctorReport
 from lockrun.views.doctor_check import Check
@@ -20,7 +20,7 @@ def check_line(check: Check) -> str:
     line = f"{check.status.upper():<4} {check.check:<{NAME_WIDTH}} {check.detail}"
     if check.fix:  # a server's own sentence ends in a full stop: not before the semicolon
         line = f"{line.rstrip('.')}; fix: {check.fix}"
-    return printable(line)
+    return printable(long_words_clipped(line))
 
 
 def print_report(report: DoctorReport, as_json: bool) -> None:
