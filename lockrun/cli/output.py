@@ -14,7 +14,7 @@ def say(message: str) -> None:
         return
     message = long_words_clipped(message)  # a path of thousands of characters, maybe twice: cut each
     try:
-        sys.stderr.write(f"lockrun: {printable(message, keep=chr(10))}\n")  # messages quote what others wrote
+        sys.stderr.write(f"lockrun: {printable(message)}\n")  # one line: a newline in what it quotes is written as \n
         sys.stderr.flush()
     except (OSError, ValueError):
         # stderr is full or gone: nobody to tell. Dropped, so that Python's flush at exit does not
