@@ -145,6 +145,12 @@ def test_a_path_of_thousands_of_characters_is_cut_in_the_error_line(tmp_path):
     assert len(result.stderr) < 600, result.stderr
 
 
+def test_a_newline_in_a_path_cannot_make_a_second_line(tmp_path):
+    env = {**isolated_env(tmp_path), "LOCKRUN_STATE_DIR": "/proc/x\nlockrun: all is well"}
+    result = run_lockrun(env, "-n", "x", "--", "true")
+    assert_one_line(result, 69, "/proc/x\\nlockrun: all is well")
+
+
 def test_a_200_character_name_of_colons_works_on_the_local_backend(local_env, tmp_path):
     name = "a" + ":" * 199
     key = "k" + ":" * 199
