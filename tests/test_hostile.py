@@ -126,6 +126,7 @@ def test_out_of_range_config_values_are_config_errors(any_env, tmp_path, line, n
     ("rediss://h:6379/0?ssl_ca_certs=/no/such/ca.pem", "a file that exists on this host"),
     ("redis://a..b:6379/0", "is not one"),
     ("redis://h:6379/0?client_name=a%20b", "without spaces"),
+    ("redis://h:6379/0?db=1&db=2", "db is given twice"),
     # a password with a raw # ? or /: urlsplit would end the host in it, and show the rest
     ("redis://u:s3cr#et@h:6379/0", "percent-encode them in the password"),
     ("redis://:12345#s3cret@h:6379/0", "percent-encode them in the password"),

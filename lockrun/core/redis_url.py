@@ -78,7 +78,10 @@ def _query_problem(parts: SplitResult) -> str | None:
         problem = _pair_problem(parts.scheme, key, value)
         if problem is not None:
             return problem
-    keys = {key for key, _ in pairs}
+    keys = [key for key, _ in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:  # redis-py takes the last, a reader the first
+        return f"{twice} is given twice"
     if "ssl_keyfile" in keys and "ssl_certfile" not in keys:
         return "ssl_keyfile needs ssl_certfile (the certificate the key belongs to)"
     return None
