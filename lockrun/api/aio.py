@@ -26,6 +26,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import Literal, TypeVar
 
 from lockrun.api.block import BlockRun, site_of
@@ -121,7 +122,7 @@ class AsyncLockBlock:
         return f"lockrun.lock_async({self.spec.name!r}, ttl={self.spec.ttl!r}, wait={self.spec.wait!r})"
 
     async def __aenter__(self) -> Lease:
-        frame = sys._getframe(1)
+        frame = _callers_frame(sys._getframe(1))
         site = self._site or site_of(frame.f_globals.get("__name__"), getattr(frame.f_code, "co_qualname",
                                                                               frame.f_code.co_name))
         loop = asyncio.get_running_loop()
@@ -170,6 +171,15 @@ class AsyncLockBlock:
         run = (mine or self._runs)[-1]
         self._runs.remove(run)
         return run
+
+
+def _callers_frame(frame: FrameType) -> FrameType:
+    """The user's frame that entered the block: past asyncio's own (``await asyncio.wait_for(
+    lock.__aenter__(), 5)`` is entered from the event loop's ``Handle._run``)."""
+    found = frame
+    while found.f_back is not None and str(found.f_globals.get("__name__", "")).startswith("asyncio"):
+        found = found.f_back
+    return found
 
 
 def _disarmed(run: _TaskRun, exc: BaseException | None) -> BaseException | None:
