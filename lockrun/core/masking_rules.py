@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from lockrun.core.masking import Masking, normal_name
 from lockrun.core.printable import quoted
+from lockrun.core.secret_names import Masking, normal_name
 
 #: The config key ``redact``: at most this many entries, each at most this long.
 MAX_REDACT_ENTRIES = 100

@@ -19,7 +19,7 @@ from lockrun.core.errors import ConfigError, Report, UsageError
 from lockrun.run.job import Job
 
 if TYPE_CHECKING:
-    from lockrun.core.masking import Masking
+    from lockrun.core.secret_names import Masking
     from lockrun.core.zones import Zone
     from lockrun.run.runner import Run
 
@@ -234,8 +234,8 @@ def output_on_failure(plan: Plan) -> bool:
 
 
 def masking_for(plan: Plan) -> Masking:
-    from lockrun.core.masking import BUILT_IN
     from lockrun.core.masking_rules import parse_masking
+    from lockrun.core.secret_names import BUILT_IN
 
     redact, record_command = plan[o.REDACT], plan[o.RECORD_COMMAND]
     if not redact and record_command:

@@ -20,8 +20,9 @@ import os
 import signal
 from collections.abc import Iterable, Iterator
 
-from lockrun.core.masking import BUILT_IN, Masking, mask_command
+from lockrun.core.masking import mask_command
 from lockrun.core.os_text import escaped_all
+from lockrun.core.secret_names import BUILT_IN, Masking
 
 _children_files: bool | None = None  # whether this kernel has /proc/PID/task/TID/children
 

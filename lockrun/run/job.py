@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lockrun.core.masking import Masking
+    from lockrun.core.secret_names import Masking
     from lockrun.core.zones import Zone
 
 
@@ -21,7 +21,7 @@ class Job:
                  cadence: str | None = None, failure_tail: int | None = None, output_on_failure: bool = False,
                  masking: Masking | None = None, wait: float | None = 0.0, min_hold: float | None = None,
                  call_timeout: float = 5.0) -> None:
-        from lockrun.core.masking import BUILT_IN
+        from lockrun.core.secret_names import BUILT_IN
 
         self.argv = argv
         self.name = name

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lockrun.core.masking import BUILT_IN, Masking
+from lockrun.core.secret_names import BUILT_IN, Masking
 from lockrun.run import descendants
 
 if TYPE_CHECKING:  # imported when first needed: most runs leave nothing behind and end within ADOPT_AFTER

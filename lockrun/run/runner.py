@@ -39,11 +39,12 @@ from lockrun.core.defaults import (
     DEFAULT_FAILURE_TAIL,
 )
 from lockrun.core.errors import BackendUnavailable, CommandNotRunnable, ExitCode, LockrunError, Report
-from lockrun.core.masking import Masking, mask_command
+from lockrun.core.masking import mask_command
 from lockrun.core.os_text import escaped_all
 from lockrun.core.record import Status
 from lockrun.core.redis_url import environment_for_command
 from lockrun.core.run_ids import new_run_id
+from lockrun.core.secret_names import Masking
 from lockrun.ledger.store import RunRecord
 from lockrun.run.attempt import Attempt, settled
 from lockrun.run.backstop import Backstop

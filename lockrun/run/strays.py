@@ -20,7 +20,7 @@ import signal
 from collections.abc import Callable, Iterable
 
 from lockrun.core.clock import utc_now_iso
-from lockrun.core.masking import BUILT_IN, Masking
+from lockrun.core.secret_names import BUILT_IN, Masking
 from lockrun.run import descendants
 from lockrun.run.cgroup import RunCgroup
 from lockrun.run.descendants import Proc

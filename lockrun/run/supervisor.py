@@ -35,7 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, NoReturn
 
 from lockrun.core.errors import ExitCode
-from lockrun.core.masking import BUILT_IN, Masking, mask_command
+from lockrun.core.masking import mask_command
+from lockrun.core.secret_names import BUILT_IN, Masking
 from lockrun.run import descendants
 from lockrun.run.launcher import launch, load_prctl, read_all, spawn_error, write_all
 from lockrun.run.leftovers import Leftovers

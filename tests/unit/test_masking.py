@@ -1,4 +1,5 @@
-"""The command line as lockrun records it (core/masking.py; the user's rules: core/masking_rules.py):
+"""The command line as lockrun records it (core/masking.py, with the words of core/secret_names.py; the
+user's rules: core/masking_rules.py):
 what is masked, what is left, and the properties every record relies on: no secret survives,
 masking twice changes nothing, a command line without secrets is kept as it is, and the record
 does not grow."""
@@ -12,15 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockrun.core.masking import (
-    BUILT_IN,
-    CLIENT_OPTIONS,
-    MASK,
-    Masking,
-    is_secret_name,
-    mask_command,
-)
+from lockrun.core.masking import MASK, mask_command
 from lockrun.core.masking_rules import MAX_REDACT_ENTRIES, parse_masking
+from lockrun.core.secret_names import BUILT_IN, CLIENT_OPTIONS, Masking, is_secret_name
 
 
 @pytest.mark.parametrize("argv,masked", [
