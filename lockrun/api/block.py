@@ -173,7 +173,7 @@ class BlockRun:
         give_up_at = time.monotonic() + spec.wait
         self.journal.acquire_began()
         why = HOLDS.take(self.hold_key, self.owner, exclusive=not resolved.redis_url, until=give_up_at,
-                         cancelled=self._cancelled)
+                         cancelled=self.stop.is_set)  # lock_async's task was cancelled: cancel_wait
         if why is not None:
             self.hold_key = None  # not ours to give back
             raise _held_in_this_process(spec.name, why, self.owner)
@@ -191,7 +191,7 @@ class BlockRun:
                 self.shared_backend = True
             self.client = LeaseClient(self.backend, spec.name, resolved.ttl, run_id=self.run_id, argv=self.command,
                                       report=_report)
-            got = self.client.acquire(max(0.0, give_up_at - time.monotonic()), interrupted=self._cancelled)
+            got = self.client.acquire(max(0.0, give_up_at - time.monotonic()), interrupted=self.stop.is_set)
         except BackendUnavailable as exc:
             raise Unavailable(str(exc)) from None
         except BaseException:
@@ -206,10 +206,6 @@ class BlockRun:
         for another holder (lock_async's task was cancelled)."""
         self.stop.set()
         HOLDS.wake()
-
-    def _cancelled(self) -> bool:
-        """Whether the wait should end now (lock_async's task was cancelled)."""
-        return self.stop.is_set()
 
     def _not_run(self, exc: BaseException) -> None:
         """The block will not run: the row says why, and what was taken for it is given back."""
