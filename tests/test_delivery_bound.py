@@ -4,6 +4,7 @@ server that never replies. Measured from the run's end (its row's ended_at) to l
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import threading
@@ -61,12 +62,26 @@ def test_many_hanging_endpoints_together_stay_within_the_bound(any_env, hanging)
     assert "notification failed" in history(any_env, "many")[0]["note"]
 
 
+def _bound_on_port_53() -> tuple[socket.socket, str]:
+    """A UDP socket on port 53 (resolv.conf names no other port) of a loopback address of its own:
+    another run of the suite on this machine has its own."""
+    for _ in range(20):
+        address = f"127.77.{random.randrange(256)}.{random.randrange(1, 255)}"
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            server.bind((address, 53))
+        except OSError:
+            server.close()
+            continue
+        return server, address
+    pytest.fail("no loopback address with port 53 free for the silent name server")
+
+
 @pytest.fixture
 def silent_name_server(tmp_path):
     """A resolv.conf naming a UDP name server that reads every query and never replies (with
     glibc's timeout raised to 30 s), and a counter of the queries it got."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    server.bind(("127.0.0.77", 53))
+    server, address = _bound_on_port_53()
     queries = []
 
     def swallow() -> None:
@@ -78,7 +93,7 @@ def silent_name_server(tmp_path):
 
     threading.Thread(target=swallow, daemon=True).start()
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text("nameserver 127.0.0.77\noptions timeout:30 attempts:2\n")
+    resolv.write_text(f"nameserver {address}\noptions timeout:30 attempts:2\n")
     yield resolv, queries
     server.close()
 
