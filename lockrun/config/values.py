@@ -27,7 +27,7 @@ from lockrun.core.defaults import (
 from lockrun.core.errors import UsageError
 from lockrun.core.printable import quoted
 from lockrun.core.record import FAILURE_STATUSES, FAILURES, FINAL_STATUSES, Status
-from lockrun.system.safefs import not_replaceable, special_file
+from lockrun.system.safefs import special_file
 
 NAME_RULE = (
     "1 to 200 characters from A-Z a-z 0-9 . _ : @ / -, starting with a letter or digit"
@@ -323,8 +323,9 @@ def metrics_file_problem(path: str, what: str, directory: bool = True) -> str | 
     """Why a run could not write ``path`` as its ``--metrics-file`` (docs/operating.md "Metrics for
     Prometheus"), said before the command runs rather than in a warning after it: empty (a
     ``"$PROM"`` that expanded to nothing would otherwise turn metrics off without a word), a
-    directory, device, FIFO or socket there, or (``directory``) a directory for it that does not
-    exist or that this user cannot write (the file is replaced by a rename there). None when it can
+    directory, device, FIFO or socket there, or (``directory``) a symbolic link there or a directory
+    for it that does not exist or that this user cannot write (the file is replaced by a rename
+    there). None when it can
     be written. A config file's value is checked without ``directory`` as the file is read (another
     user's ``status`` need not write it), and whole before a run."""
     import os
@@ -335,7 +336,7 @@ def metrics_file_problem(path: str, what: str, directory: bool = True) -> str | 
     problem = output_path_problem(path, what, directories=True)
     if problem or not directory:
         return problem
-    if not_replaceable(Path(path).expanduser()) == "a symbolic link":  # replaced by a rename: never through a link
+    if os.path.islink(Path(path).expanduser()):  # replaced by a rename: never through a link
         return (f"{what} {path} is a symbolic link; lockrun replaces the file by a rename and never writes"
                 " through a link: name the file it points to")
     parent = Path(path).expanduser().absolute().parent

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+from lockrun.core.defaults import MAX_SECONDS
 from lockrun.core.errors import ConfigError, UsageError
 from lockrun.core.printable import quoted
 
@@ -113,22 +114,29 @@ def _whole(text: str, maximum: int, minimum: int = 0) -> bool:
     return _ascii_digits(text) and minimum <= int(text) <= maximum
 
 
+def _seconds(text: str) -> bool:
+    try:
+        return 0 <= float(text) <= MAX_SECONDS and text.strip() == text
+    except ValueError:
+        return False
+
+
 _FILE = "a file that exists on this host (a missing one would look like a server that is down: exit 69)"
 _SECONDS = "a number of seconds, 0 or more (lockrun bounds every call itself)"
 _TRUE_OR_FALSE = (lambda value: value.lower() in _BOOLEAN_WORDS, "true or false")
 #: Per query parameter: whether a value is one, and what it must be.
 _VALUE_RULES: dict[str, tuple[Callable[[str], bool], str]] = {
     "db": (lambda value: _whole(value, MAX_DB), f"a database number from 0 to {MAX_DB}"),
-    "socket_timeout": (lambda value: _seconds(value), _SECONDS),
-    "socket_connect_timeout": (lambda value: _seconds(value), _SECONDS),
-    "health_check_interval": (lambda value: _whole(value, 365 * 86400), "a whole number of seconds (redis-py reads"
+    "socket_timeout": (_seconds, _SECONDS),
+    "socket_connect_timeout": (_seconds, _SECONDS),
+    "health_check_interval": (lambda value: _whole(value, MAX_SECONDS), "a whole number of seconds (redis-py reads"
                                                                       " no other)"),
     "ssl_min_version": (lambda value: value in ("771", "772"), "771 (TLS 1.2) or 772 (TLS 1.3): ssl.TLSVersion's"
                                                               " numbers, the only form redis-py reads"),
-    "ssl_ca_certs": (lambda value: os.path.isfile(value), _FILE),
-    "ssl_certfile": (lambda value: os.path.isfile(value), _FILE),
-    "ssl_keyfile": (lambda value: os.path.isfile(value), _FILE),
-    "ssl_ca_path": (lambda value: os.path.isdir(value), "a directory that exists on this host"),
+    "ssl_ca_certs": (os.path.isfile, _FILE),
+    "ssl_certfile": (os.path.isfile, _FILE),
+    "ssl_keyfile": (os.path.isfile, _FILE),
+    "ssl_ca_path": (os.path.isdir, "a directory that exists on this host"),
     "client_name": (lambda value: re.fullmatch(r"[!-~]+", value) is not None, "printable ASCII without spaces"
                                                                              " (Redis refuses them)"),
     "max_connections": (lambda value: _whole(value, 2**31, 1), "a whole number above 0"),
@@ -140,12 +148,6 @@ _VALUE_RULES: dict[str, tuple[Callable[[str], bool], str]] = {
     "ssl_cert_reqs": (lambda value: value.lower() in ("none", "optional", "required"), "none, optional or required"),
 }
 
-
-def _seconds(text: str) -> bool:
-    try:
-        return 0 <= float(text) <= 365 * 86400 and text.strip() == text
-    except ValueError:
-        return False
 
 
 def _ascii_digits(text: str) -> bool:

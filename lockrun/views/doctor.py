@@ -65,7 +65,7 @@ def cannot_check(error: LockrunError, state_dir: Path | None = None) -> DoctorRe
     fix = f"correct what it names: a run refuses it too (exit {error.exit_code})"
     checks = [Check("config", FAIL, " ".join(str(error).split()), fix)]
     if state_dir is None:
-        named = os.environ.get("LOCKRUN_STATE_DIR")
+        named = os.environ.get(options.STATE_DIR.env or "")  # as the settings would have taken it
         try:
             state_dir = Path(named) if named else default_state_dir()
         except LockrunError:  # no home to put it in: the FAIL line is what there is to say
